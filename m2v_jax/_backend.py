@@ -1,0 +1,101 @@
+"""The one module that touches `jax.experimental.pallas.triton` (plt).
+
+JAX deprecated the Pallas Triton backend in 0.11.0 and will remove it; every `plt.*` use of the
+library lives here, so that a port (Mosaic GPU, or jax-triton with official Triton) edits this
+file only. Kernels call `pallas_call`, `barrier` and `dot` from here, nothing from plt.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plt
+
+DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
+
+
+def pallas_call(kernel, *, grid, out_shape, input_output_aliases, num_warps, num_stages,
+                interpret, name):
+  """`pl.pallas_call` on the Triton lowering with explicit compiler parameters.
+
+  Every ref is a whole array (no BlockSpecs): the kernels index with `pl.ds` themselves,
+  because the rows they touch depend on per-sequence data. The deprecation warning of the
+  Triton backend is silenced here, once, rather than at every call site.
+  """
+  call = pl.pallas_call(
+      kernel,
+      grid=grid,
+      out_shape=out_shape,
+      input_output_aliases=input_output_aliases,
+      compiler_params=plt.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+      interpret=interpret,
+      name=name,
+  )
+
+  def run(*args):
+    with warnings.catch_warnings():
+      warnings.filterwarnings("ignore", category=DeprecationWarning, message=DEPRECATION_MESSAGE)
+      return call(*args)
+
+  return run
+
+
+def barrier(interpret: bool) -> None:
+  """Orders the global-memory reads and writes of one program's threads (`__syncthreads`).
+
+  Needed where threads of a program read locations that other threads of the same program
+  write next. Interpret mode runs a program as one sequential step and has no rule for it.
+  """
+  if not interpret:
+    plt.debug_barrier()
+
+
+def isolate(x, interpret: bool):
+  """Keeps interpret mode from fusing `x`'s producer into its consumer (identity when compiled).
+
+  XLA:CPU picks a reduction's summation order per fusion, so in interpret mode the y readout
+  of two kernels that compute the same state could round differently depending on what it
+  got fused with. An optimization barrier makes the readout its own fusion everywhere. The
+  compiled Triton kernels need none (their order is fixed by tile shape and warps), and the
+  Triton lowering has no rule for the barrier.
+  """
+  return lax.optimization_barrier(x) if interpret else x
+
+
+# Precision of every dot in the chunked prefill kernel: 3-pass TF32 on the tensor cores gives
+# about float32 accuracy (8e-6 max abs error on a [64,64]x[64,128] product on the H200, vs
+# 1e-2 for the TF32 default). See BUILD.md, "Prefill precision".
+DOT_PRECISION = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+
+
+def dot(a, b, *, trans_b: bool = False):
+  """float32 a @ b (or a @ b.T) inside a kernel, with the library's explicit precision."""
+  dims = (((a.ndim - 1,), (b.ndim - 1 if trans_b else 0,)), ((), ()))
+  return lax.dot_general(a, b, dims, precision=DOT_PRECISION,
+                         preferred_element_type=jnp.float32)
+
+
+def abstract_h200_mesh():
+  """An abstract one-device H200 mesh, for lowering kernels to Triton on a machine with no GPU."""
+  from jax.sharding import AbstractDevice, AbstractMesh
+  return AbstractMesh((1,), ("x",), abstract_device=AbstractDevice(
+      device_kind="NVIDIA H200", num_cores=None, platform="cuda"))
+
+
+def lower_for_cuda(fn, *args, donate_argnums=()):
+  """Lowers `jax.jit(fn)` for CUDA on any machine (Triton lowering included); returns text.
+
+  Catches what interpret mode accepts but the Triton lowering rejects (non-power-of-two
+  blocks, unsupported primitives). It does not run ptxas, so resource limits still need a GPU.
+  """
+  from jax.sharding import use_abstract_mesh
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, message=DEPRECATION_MESSAGE)
+    with use_abstract_mesh(abstract_h200_mesh()):
+      lowered = jax.jit(fn, donate_argnums=donate_argnums).trace(*args).lower(
+          lowering_platforms=("cuda",))
+  return lowered.as_text()

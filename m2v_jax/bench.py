@@ -1,0 +1,447 @@
+"""Benchmarks of the verify and prefill ops (run on a GPU; see BUILD.md, "GPU checks").
+
+Method (SPEC §7): every timed step is one jitted dispatch that runs the op once on each of
+`banks` separate state sets, donated, so every call updates its own set in place and the L2
+cache (60 MB on the H200) cannot hold the state between two calls on one set. Steps are
+issued back to back without synchronizing, so the host runs ahead and the wall clock over a
+block measures the device stream. Blocks of A and B alternate (ABBA), several warm-up steps
+come first, and a result is the median over blocks with the ratio of means and its bootstrap
+95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
+and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
+
+    python -m m2v_jax.bench --suites=main,batch,prefill --out=/tmp/bench.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from m2v_jax import config as config_lib
+from m2v_jax import ops
+from m2v_jax import params as params_lib
+from m2v_jax import reference
+from m2v_jax import state as state_lib
+
+MiB = 1 << 20
+
+
+# ----------------------------------------------------------------------------------------------
+# Copy bandwidth (the ceiling) and compulsory bytes (the floor)
+# ----------------------------------------------------------------------------------------------
+
+
+def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> dict:
+  """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written.
+
+  Two copies are timed: XLA's `copy` (a D2D memcpy) and an elementwise kernel (x + 1); the
+  faster one is the ceiling, so floors are never flattered.
+  """
+  x = jnp.ones((nbytes // 4,), jnp.float32)
+  kernels = {"memcpy": jax.jit(lambda a: jnp.copy(a)), "elementwise": jax.jit(lambda a: a + 1.0)}
+  out = {}
+  for name, fn in kernels.items():
+    fn(x).block_until_ready()
+    times = []
+    for _ in range(reps):
+      t0 = time.perf_counter()
+      fn(x).block_until_ready()
+      times.append(time.perf_counter() - t0)
+    out[name] = 2 * nbytes / statistics.median(times)
+  out["best"] = max(out.values())
+  return out
+
+
+def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
+               conv_dtype=None, has_z: bool = False) -> int:
+  """Compulsory bytes of one call in `cfg.replay_mode` (see the module docstring).
+
+  Snapshot: read the start state (ssm + conv), write min(R, S) snapshots. Compact: read and
+  write the base (ssm + conv) and read the `state_row + 1` replayed window rows, write the R
+  new window rows. Both: inputs (xBC, dt, z) read once, y written once, parameters read once.
+  `state_row` is one int for every sequence or one per sequence.
+  """
+  replayed = int(np.sum(np.broadcast_to(np.asarray(state_row) + 1, (B,))))
+  params = 4 * (cfg.conv_dim * (cfg.d_conv + 1) + 3 * cfg.nheads)
+  ab = jnp.dtype(dtype).itemsize
+  cb = jnp.dtype(conv_dtype or dtype).itemsize
+  H, P, N, C, K1 = cfg.nheads, cfg.headdim, cfg.dstate, cfg.conv_dim, cfg.d_conv - 1
+  ssm = 4 * H * P * N
+  conv = C * K1 * cb
+  inputs = R * (C * ab + H * ab + (cfg.d_inner * ab if has_z else 0))
+  y = R * cfg.d_inner * ab
+  if cfg.replay_mode == config_lib.SNAPSHOT:
+    per_seq = (ssm + conv) * (1 + min(R, cfg.capacity)) + inputs + y
+    return B * per_seq + params
+  else:
+    win_row = C * ab + H * 4
+    per_seq = 2 * (ssm + conv) + min(R, cfg.capacity) * win_row + inputs + y + 8
+    return B * per_seq + replayed * win_row + params
+  return B * per_seq + params
+
+
+# ----------------------------------------------------------------------------------------------
+# Stream timing with rotating state sets
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Case:
+  """One timed configuration: `step(states) -> states` runs the op once per state set."""
+
+  name: str
+  step: Callable
+  states: tuple
+  calls_per_step: int
+  nbytes: int | None = None
+  flops: float | None = None
+
+
+def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None,
+              min_calls=32):
+  """Builds a Case: `fn(state) -> state` is the op (inputs closed over).
+
+  One step runs the op over all `banks` state sets, `rounds` times, so that a dispatch holds
+  at least `min_calls` calls and the host's dispatch cost stays below the device time.
+  """
+  states = tuple(make_state() for _ in range(banks))
+  if warm_fn is not None:
+    states = tuple(warm_fn(s) for s in states)
+  rounds = -(-min_calls // banks)
+
+  def many(ss):
+    for _ in range(rounds):
+      ss = tuple(fn(s) for s in ss)
+    return ss
+
+  step = jax.jit(many, donate_argnums=0)
+  return Case(name, step, states, banks * rounds, nbytes, flops)
+
+
+def _run_block(case: Case, steps: int) -> float:
+  states = case.states
+  jax.block_until_ready(states)
+  t0 = time.perf_counter()
+  for _ in range(steps):
+    states = case.step(states)
+  jax.block_until_ready(states)
+  dt = time.perf_counter() - t0
+  case.states = states
+  return dt / (steps * case.calls_per_step)
+
+
+def _calibrate(case: Case, target_s: float = 0.02) -> int:
+  case.states = case.step(case.states)      # compile + warm up
+  case.states = case.step(case.states)
+  per_call = _run_block(case, 2)
+  return max(3, min(200, int(target_s / (per_call * case.calls_per_step))))
+
+
+def time_cases(cases: list[Case], blocks: int = 15, target_s: float = 0.02) -> dict:
+  """Times cases in interleaved blocks (order reversed every other block). Returns per-case
+  lists of per-call seconds."""
+  steps = {c.name: _calibrate(c, target_s) for c in cases}
+  for c in cases:
+    _run_block(c, steps[c.name])
+  times = {c.name: [] for c in cases}
+  for blk in range(blocks):
+    order = cases if blk % 2 == 0 else cases[::-1]
+    for c in order:
+      times[c.name].append(_run_block(c, steps[c.name]))
+  return times
+
+
+def ratio_ci(a: list[float], b: list[float], n_boot: int = 2000, seed: int = 0):
+  """Ratio of means mean(a)/mean(b) with a paired bootstrap 95% interval."""
+  a, b = np.asarray(a), np.asarray(b)
+  rng = np.random.default_rng(seed)
+  idx = rng.integers(0, len(a), (n_boot, len(a)))
+  boots = a[idx].mean(1) / b[idx].mean(1)
+  return float(a.mean() / b.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def kernel_times(case: Case, steps: int = 10) -> dict[str, float]:
+  """Per-kernel device time (µs per call) of a case, from a profiler trace.
+
+  Returns {} when the trace holds no device events (no GPU, or CUPTI unavailable).
+  """
+  case.states = case.step(case.states)
+  jax.block_until_ready(case.states)
+  with tempfile.TemporaryDirectory() as d:
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+      for _ in range(steps):
+        case.states = case.step(case.states)
+      jax.block_until_ready(case.states)
+    paths = [os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs
+             if f.endswith("perfetto_trace.json.gz")]
+    if not paths:
+      return {}
+    with gzip.open(paths[0]) as fh:
+      data = json.load(fh)
+  events = data["traceEvents"] if isinstance(data, dict) else data
+  gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+              and "GPU" in str(e.get("args", {}).get("name", ""))}
+  total: dict[str, float] = {}
+  for e in events:
+    if e.get("ph") == "X" and e.get("pid") in gpu_pids and "dur" in e:
+      total[e["name"]] = total.get(e["name"], 0.0) + float(e["dur"])
+  calls = steps * case.calls_per_step
+  return {k: v / calls for k, v in sorted(total.items(), key=lambda kv: -kv[1])}
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases
+# ----------------------------------------------------------------------------------------------
+
+
+def _inputs(cfg, B, R, dtype, seed=0):
+  rng = np.random.default_rng(seed)
+  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
+  return xbc, dt
+
+
+def verify_fn(cfg, params, xbc, dt, state_row, backend, tiles=None):
+  """`state -> state` for one verify/prefill call (kernels or the jnp reference)."""
+  B, R, _ = xbc.shape
+  rows = jnp.broadcast_to(jnp.asarray(state_row, jnp.int32), (B,))
+  ci = jnp.arange(B, dtype=jnp.int32)
+  nr = jnp.full((B,), R, jnp.int32)
+
+  def fn(state):
+    if backend == config_lib.REFERENCE:
+      call = (reference.snapshot_call if cfg.replay_mode == config_lib.SNAPSHOT
+              else reference.compact_call)
+      return call(cfg, params, state, xbc, dt, rows, None, ci, nr)[1]
+    return ops._kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr, tiles)[1]
+
+  return fn
+
+
+def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
+                tiles=None, name=None, params=None):
+  """A Case for a steady-state verify call: compact states are warmed so that `capacity` rows
+  are pending and `state_row` replays state_row + 1 of them."""
+  params = params or params_lib.random_params(cfg)
+  backend = backend or _backend_name
+  xbc, dt = _inputs(cfg, B, R, dtype)
+  fn = verify_fn(cfg, params, xbc, dt, state_row, backend, tiles)
+  warm = None
+  if cfg.replay_mode == config_lib.COMPACT:
+    wx, wd = _inputs(cfg, B, cfg.capacity, dtype, seed=1)
+    warm = jax.jit(verify_fn(cfg, params, wx, wd, 0, config_lib.REFERENCE), donate_argnums=0)
+  rows = np.unique(np.asarray(state_row))
+  row_txt = str(rows[0]) if len(rows) == 1 else "mixed"
+  name = name or f"{cfg.replay_mode} B={B} R={R} row={row_txt} {backend}"
+  return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
+                   nbytes=call_bytes(cfg, B, R, state_row, dtype), warm_fn=warm), (params, xbc, dt)
+
+
+def _fmt_us(s):
+  return f"{s * 1e6:9.2f}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Suites
+# ----------------------------------------------------------------------------------------------
+
+
+GEOMETRY = {"bolt": config_lib.BOLT,
+            "small": config_lib.Mamba2Config(nheads=8, headdim=16, dstate=32, ngroups=2)}
+_geom = config_lib.BOLT
+_backend_name = config_lib.PALLAS
+
+
+def suite_main(bw, banks, blocks, dtype):
+  """Bolt geometry, B=1: snapshot vs compact at R=8 (rows 0/3/7) and R=1, jnp reference."""
+  rows_out = []
+  snap = _geom
+  comp = snap.replace(replay_mode=config_lib.COMPACT)
+  params = params_lib.random_params(snap)
+  for R, srow in [(8, 0), (8, 3), (8, 7), (1, 0)]:
+    a, _ = verify_case(snap, 1, R, srow, banks, dtype, params=params)
+    b, _ = verify_case(comp, 1, R, srow, banks, dtype, params=params)
+    t = time_cases([a, b], blocks)
+    ratio = ratio_ci(t[a.name], t[b.name])
+    for c in (a, b):
+      rows_out.append(_row(c, t[c.name], bw, ratio if c is b else None))
+  for mode_cfg in (snap, comp):
+    r, _ = verify_case(mode_cfg, 1, 8, 3, banks, dtype, backend=config_lib.REFERENCE,
+                       params=params)
+    k, _ = verify_case(mode_cfg, 1, 8, 3, banks, dtype, params=params)
+    t = time_cases([k, r], blocks)
+    rows_out.append(_row(k, t[k.name], bw))
+    rows_out.append(_row(r, t[r.name], bw, ratio_ci(t[r.name], t[k.name])))
+  return rows_out
+
+
+def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
+  """Both modes at R=8 over batch sizes, mixed acceptance (state_row varies per sequence)."""
+  rows_out = []
+  snap = _geom
+  comp = snap.replace(replay_mode=config_lib.COMPACT)
+  params = params_lib.random_params(snap)
+  for B in batches:
+    nb = max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
+    srow = np.arange(B) % 8   # mixed acceptance: every state_row in turn
+    cases = []
+    for cfg in (snap, comp):
+      c, _ = verify_case(cfg, B, 8, srow, nb, dtype, params=params)
+      cases.append(c)
+    t = time_cases(cases, blocks)
+    ratio = ratio_ci(t[cases[0].name], t[cases[1].name])
+    for c in cases:
+      rows_out.append(_row(c, t[c.name], bw, ratio if c is cases[1] else None))
+  return rows_out
+
+
+def suite_sweep(bw, banks, blocks, dtype):
+  """Tile sweep at Bolt geometry, B=1 and B=32, R=8: (block_p, num_warps, unroll)."""
+  rows_out = []
+  snap = _geom
+  comp = snap.replace(replay_mode=config_lib.COMPACT)
+  params = params_lib.random_params(snap)
+  for B in (1, 32):
+    nb = banks if B == 1 else 3
+    for cfg in (snap, comp):
+      cases = []
+      for bp in (8, 16, 32, 64):
+        for w in (2, 4, 8):
+          for unroll in (True, False):
+            if not unroll and (bp, w) != (16, 4):
+              continue
+            tiles = config_lib.TileConfig(block_p=bp, num_warps=w, unroll=unroll)
+            c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
+                               name=f"{cfg.replay_mode} B={B} bp={bp} w={w} unroll={unroll}")
+            cases.append(c)
+      t = time_cases(cases, max(5, blocks // 3))
+      for c in cases:
+        rows_out.append(_row(c, t[c.name], bw))
+  # prep tiles (block_c, prep_warps) at B=1
+  for cfg in (snap, comp):
+    cases = []
+    for bc in (256, 512, 1024):
+      for pw in (2, 4, 8):
+        tiles = config_lib.TileConfig(block_p=16, num_warps=4, block_c=bc, prep_warps=pw)
+        c, _ = verify_case(cfg, 1, 8, 7, banks, dtype, tiles=tiles, params=params,
+                           name=f"{cfg.replay_mode} B=1 block_c={bc} prep_warps={pw}")
+        cases.append(c)
+    t = time_cases(cases, max(5, blocks // 3))
+    for c in cases:
+      rows_out.append(_row(c, t[c.name], bw))
+  return rows_out
+
+
+def suite_breakdown(dtype):
+  """Per-kernel device times from a profiler trace (B=1, R=8, state_row 7)."""
+  out = {}
+  for mode in (config_lib.SNAPSHOT, config_lib.COMPACT):
+    cfg = _geom.replace(replay_mode=mode)
+    c, _ = verify_case(cfg, 1, 8, 7, 8, dtype)
+    out[mode] = kernel_times(c)
+    c.states = None
+  return out
+
+
+def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
+  """Prefill chunks in both modes: serial kernel vs the jnp reference (B=1)."""
+  rows_out = []
+  snap = _geom
+  params = params_lib.random_params(snap)
+  for R in lengths:
+    for cfg in (snap, snap.replace(replay_mode=config_lib.COMPACT)):
+      k, _ = verify_case(cfg, 1, R, 0, min(banks, 4), dtype, params=params)
+      r, _ = verify_case(cfg, 1, R, 0, min(banks, 4), dtype, backend=config_lib.REFERENCE,
+                         params=params)
+      t = time_cases([k, r], max(3, blocks // 3), target_s=0.05)
+      rows_out.append(_row(k, t[k.name], bw))
+      rows_out.append(_row(r, t[r.name], bw, ratio_ci(t[r.name], t[k.name])))
+  return rows_out
+
+
+def _row(case: Case, times, bw, ratio=None):
+  med = statistics.median(times)
+  floor = case.nbytes / bw if case.nbytes else None
+  return dict(name=case.name, median_us=med * 1e6, min_us=min(times) * 1e6,
+              floor_us=floor * 1e6 if floor else None,
+              x_floor=med / floor if floor else None,
+              gbps=case.nbytes / med / 1e9 if case.nbytes else None,
+              ratio=ratio)
+
+
+def format_rows(rows) -> str:
+  lines = ["| case | median µs | min µs | floor µs | x floor | GB/s | ratio (95% CI) |",
+           "|---|---|---|---|---|---|---|"]
+  for r in rows:
+    ratio = (f"{r['ratio'][0]:.2f} ({r['ratio'][1]:.2f}-{r['ratio'][2]:.2f})"
+             if r.get("ratio") else "")
+    floor = f"{r['floor_us']:.2f}" if r["floor_us"] else ""
+    xf = f"{r['x_floor']:.2f}" if r["x_floor"] else ""
+    gb = f"{r['gbps']:.0f}" if r["gbps"] else ""
+    lines.append(f"| {r['name']} | {r['median_us']:.2f} | {r['min_us']:.2f} | {floor} | {xf} "
+                 f"| {gb} | {ratio} |")
+  return "\n".join(lines)
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("suites", ["main", "batch", "prefill", "breakdown"],
+                  "suites to run: main, batch, sweep, prefill, breakdown")
+flags.DEFINE_string("out", None, "write the results as JSON here")
+flags.DEFINE_integer("banks", 8, "rotating state sets per case")
+flags.DEFINE_integer("blocks", 15, "timed blocks per case")
+flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
+flags.DEFINE_enum("geometry", "bolt", list(GEOMETRY), "layer geometry (small: a CPU smoke run)")
+flags.DEFINE_enum("backend", config_lib.PALLAS, list(config_lib.BACKENDS), "kernel backend")
+flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch suite")
+flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
+flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
+
+
+def main(argv):
+  del argv
+  global _geom, _backend_name
+  _geom, _backend_name = GEOMETRY[FLAGS.geometry], FLAGS.backend
+  dtype = jnp.dtype(FLAGS.dtype)
+  bw = copy_bandwidth(FLAGS.copy_mib * MiB)
+  dev = jax.devices()[0]
+  meta = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), device=dev.device_kind,
+              platform=dev.platform, jax=jax.__version__, python=platform.python_version(),
+              copy_bandwidth_gbps={k: v / 1e9 for k, v in bw.items()}, dtype=str(dtype),
+              banks=FLAGS.banks, blocks=FLAGS.blocks, geometry=FLAGS.geometry,
+              backend=FLAGS.backend)
+  print(json.dumps(meta, indent=1), flush=True)
+  results = dict(meta=meta)
+  for suite in FLAGS.suites:
+    t0 = time.perf_counter()
+    if suite == "breakdown":
+      results[suite] = suite_breakdown(dtype)
+      print(f"\n## {suite}\n" + json.dumps(results[suite], indent=1), flush=True)
+    else:
+      fn = dict(main=suite_main, sweep=suite_sweep,
+                batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
+                prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
+                )[suite]
+      results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
+      print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),
+            flush=True)
+    if FLAGS.out:
+      with open(FLAGS.out, "w") as fh:
+        json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)

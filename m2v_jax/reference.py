@@ -1,0 +1,322 @@
+"""Pure `jax.numpy` reference of every op: the oracle of the kernel tests and the CPU path.
+
+The serial recurrence is a `lax.scan` over rows built from `rowmath`, the same per-row
+functions the kernels call. On top of it sit the two modes' call semantics (SPEC §3, §4):
+pools addressed by `cache_indices` (-1 = padding), per-sequence `num_rows`, the snapshot bank
+for R <= S and R > S, and the compact base + window with replay and prefill hand-off.
+Device-side bad `state_row`s behave as in the kernels (SPEC §6): that sequence's entry is
+left as it was and its y rows are NaN.
+
+The chunked (SSD) form of the same recurrence, `ssd_chunked`, is the dense baseline of the
+prefill kernel and the training path of the example model.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from m2v_jax import config as config_lib
+from m2v_jax import rowmath
+from m2v_jax.params import LayerParams
+from m2v_jax.state import CompactState, SnapshotState
+
+f32 = jnp.float32
+
+
+def _split_xbc(cfg, v):
+  """[B, C] post-conv -> x [B, H, P], B and C expanded per head [B, H, N]."""
+  Bsz = v.shape[0]
+  H, P, G, N = cfg.nheads, cfg.headdim, cfg.ngroups, cfg.dstate
+  HP, GN = cfg.d_inner, G * N
+  x = v[:, :HP].reshape(Bsz, H, P)
+  bm = jnp.repeat(v[:, HP:HP + GN].reshape(Bsz, G, N), cfg.heads_per_group, axis=1)
+  cm = jnp.repeat(v[:, HP + GN:].reshape(Bsz, G, N), cfg.heads_per_group, axis=1)
+  return x, bm, cm
+
+
+def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
+         num_rows=None, keep: int = 0):
+  """Runs rows 0..R-1 serially from a starting state (SPEC §2).
+
+  Args:
+    cfg: geometry.
+    params: layer parameters.
+    ssm0: [B, H, P, N] float32 starting SSM state.
+    conv0: [B, C, K-1] starting conv state (any float dtype; read as float32).
+    xbc: [B, R, C] raw (pre-conv) inputs.
+    dt: [B, R, H] raw dt.
+    z: optional [B, R, H*P] gate.
+    num_rows: optional [B] int32; rows t >= num_rows[b] leave the state unchanged and give y 0.
+    keep: return the states after the last `keep` rows.
+
+  Returns:
+    y [B, R, H*P] float32, ssm [B, keep, H, P, N] float32, conv [B, keep, C, K-1] float32
+    (the conv state holds raw inputs, so float32 represents it exactly).
+  """
+  Bsz, R, C = xbc.shape
+  H, P, K = cfg.nheads, cfg.headdim, cfg.d_conv
+  taps = [params.conv_weight[:, k] for k in range(K)]
+  if num_rows is None:
+    num_rows = jnp.full((Bsz,), R, jnp.int32)
+  keep = min(keep, R)
+
+  def step(carry, inp):
+    st, win = carry
+    t, xb, d, zt = inp
+    v = xb.astype(f32)
+    out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias)
+    x, bm, cm = _split_xbc(cfg, out)
+    dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
+    dA = rowmath.decay(dtp, params.A_log)
+    new_st = rowmath.state_update(st, dA[..., None, None], dtp[..., None] * x, bm)
+    y = rowmath.readout(new_st, cm, params.D[:, None], x)
+    if zt is not None:
+      y = rowmath.gate(y, zt.astype(f32).reshape(Bsz, H, P))
+    active = t < num_rows
+    st = jnp.where(active[:, None, None, None], new_st, st)
+    new_win = tuple(win[1:]) + (v,)
+    win = tuple(jnp.where(active[:, None], a, b) for a, b in zip(new_win, win))
+    y = jnp.where(active[:, None, None], y, 0.0).reshape(Bsz, H * P)
+    return (st, win), (y, st, jnp.stack(win, axis=-1))
+
+  def scan(carry, t0, t1, with_state):
+    ts = jnp.arange(t0, t1, dtype=jnp.int32)
+    zs = None if z is None else jnp.swapaxes(z[:, t0:t1], 0, 1)
+    xs = (ts, jnp.swapaxes(xbc[:, t0:t1], 0, 1), jnp.swapaxes(dt[:, t0:t1], 0, 1), zs)
+    if with_state:
+      return lax.scan(step, carry, xs)
+    body = lambda c, i: (lambda c2, o: (c2, o[0]))(*step(c, i))
+    carry, ys = lax.scan(body, carry, xs)
+    return carry, (ys, None, None)
+
+  win0 = tuple(conv0[..., j].astype(f32) for j in range(K - 1))
+  carry = (ssm0.astype(f32), win0)
+  ys = []
+  if R - keep > 0:
+    carry, (y1, _, _) = scan(carry, 0, R - keep, False)
+    ys.append(y1)
+  ssm_k = jnp.zeros((Bsz, 0, H, P, cfg.dstate), f32)
+  conv_k = jnp.zeros((Bsz, 0, C, K - 1), f32)
+  if keep > 0:
+    carry, (y2, s2, c2) = scan(carry, R - keep, R, True)
+    ys.append(y2)
+    ssm_k, conv_k = jnp.swapaxes(s2, 0, 1), jnp.swapaxes(c2, 0, 1)
+  y = jnp.swapaxes(jnp.concatenate(ys, axis=0), 0, 1)
+  return y, ssm_k, conv_k
+
+
+def _entries(state_pool_size, Bsz, cache_indices):
+  idx = jnp.arange(Bsz, dtype=jnp.int32) if cache_indices is None else cache_indices
+  in_pool = (idx >= 0) & (idx < state_pool_size)
+  pad = idx == -1
+  safe = jnp.where(in_pool, idx, 0)
+  return idx, in_pool, pad, safe
+
+
+def _finish_y(y, valid, pad, dtype):
+  y = jnp.where(valid[:, None, None], y, jnp.nan)
+  y = jnp.where(pad[:, None, None], 0.0, y)
+  return y.astype(dtype)
+
+
+def _scatter(pool, idx, write, new):
+  """pool[idx[b]] = new[b] where write[b] (other entries untouched)."""
+  target = jnp.where(write, idx, pool.shape[0])        # out of bounds -> dropped
+  return pool.at[target].set(new.astype(pool.dtype), mode="drop")
+
+
+def _n_rows(num_rows, Bsz, R):
+  n = jnp.full((Bsz,), R, jnp.int32) if num_rows is None else num_rows
+  return n, (n >= 1) & (n <= R)
+
+
+def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
+                  cache_indices=None, num_rows=None):
+  """Snapshot-mode call (SPEC §3): R <= S rows go to slots 0..R-1, R > S keeps the last S.
+
+  Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new SnapshotState).
+  """
+  E, S = state.ssm.shape[:2]
+  Bsz, R, _ = xbc.shape
+  idx, in_pool, pad, safe = _entries(E, Bsz, cache_indices)
+  n, n_ok = _n_rows(num_rows, Bsz, R)
+  row_ok = (state_row >= 0) & (state_row < S)
+  valid = in_pool & row_ok & n_ok
+  srow = jnp.where(row_ok, state_row, 0)
+  keep = min(R, S)
+  y, ssm_k, conv_k = rows(cfg, params, state.ssm[safe, srow], state.conv[safe, srow],
+                          xbc, dt, z, n, keep)
+  # Slot s <- state after row (R - keep + s), for the rows that ran.
+  ran = (R - keep + jnp.arange(keep))[None, :] < n[:, None]
+  cur_ssm, cur_conv = state.ssm[safe, :keep], state.conv[safe, :keep]
+  new_ssm = jnp.where(ran[:, :, None, None, None], ssm_k, cur_ssm)
+  new_conv = jnp.where(ran[:, :, None, None], conv_k.astype(cur_conv.dtype), cur_conv)
+  ssm = _scatter(state.ssm, idx, valid, jnp.concatenate([new_ssm, state.ssm[safe, keep:]], 1))
+  conv = _scatter(state.conv, idx, valid,
+                  jnp.concatenate([new_conv, state.conv[safe, keep:]], 1))
+  return _finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
+
+
+def compact_valid_rows(state_row, pending):
+  """Compact-mode `state_row` rule: 0 <= row < pending when rows are pending, else row == 0."""
+  return jnp.where(pending > 0, (state_row >= 0) & (state_row < pending), state_row == 0)
+
+
+def fold(cfg, params, state: CompactState, state_row, safe):
+  """Folds pending window rows 0..state_row into the base: the start state of the next call.
+
+  Returns (ssm [B, H, P, N] f32, conv [B, C, K-1] f32, n_replay [B] int32). Rows with
+  nothing pending return the base itself.
+  """
+  W = state.win_xbc.shape[1]
+  pend = state.pending[safe]
+  n_rep = jnp.clip(jnp.where(pend > 0, state_row + 1, 0), 0, W)
+  _, ssm_k, conv_k = rows(cfg, params, state.ssm[safe], state.conv[safe], state.win_xbc[safe],
+                          state.win_dt[safe], None, n_rep, keep=1)
+  return ssm_k[:, 0], conv_k[:, 0], n_rep
+
+
+def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
+                 cache_indices=None, num_rows=None):
+  """Compact-replay call (SPEC §4): replay, run R rows, commit rows 0..R-W-1, keep the rest pending.
+
+  Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new CompactState).
+  """
+  E, W = state.win_xbc.shape[:2]
+  Bsz, R, _ = xbc.shape
+  idx, in_pool, pad, safe = _entries(E, Bsz, cache_indices)
+  n, n_ok = _n_rows(num_rows, Bsz, R)
+  valid = in_pool & compact_valid_rows(state_row, state.pending[safe]) & n_ok
+  ssm0, conv0, _ = fold(cfg, params, state, state_row, safe)
+  commit = max(R - W, 0)
+  ys = []
+  if commit:
+    y1, s1, c1 = rows(cfg, params, ssm0, conv0, xbc[:, :commit], dt[:, :commit],
+                      None if z is None else z[:, :commit], None, keep=1)
+    ys.append(y1)
+    ssm0, conv0 = s1[:, 0], c1[:, 0]
+  y2, _, _ = rows(cfg, params, ssm0, conv0, xbc[:, commit:], dt[:, commit:],
+                  None if z is None else z[:, commit:], n - commit, keep=0)
+  ys.append(y2)
+  y = jnp.concatenate(ys, axis=1)
+  Rw = R - commit
+  wmask = (jnp.arange(Rw)[None, :] < (n - commit)[:, None])
+  cur_x, cur_dt = state.win_xbc[safe], state.win_dt[safe]
+  new_x = cur_x.at[:, :Rw].set(jnp.where(wmask[..., None], xbc[:, commit:], cur_x[:, :Rw]))
+  new_dt = cur_dt.at[:, :Rw].set(jnp.where(wmask[..., None], dt[:, commit:].astype(f32),
+                                           cur_dt[:, :Rw]))
+  new_state = CompactState(
+      ssm=_scatter(state.ssm, idx, valid, ssm0),
+      conv=_scatter(state.conv, idx, valid, conv0),
+      win_xbc=_scatter(state.win_xbc, idx, valid, new_x),
+      win_dt=_scatter(state.win_dt, idx, valid, new_dt),
+      pending=_scatter(state.pending, idx, valid, n - commit),
+  )
+  return _finish_y(y, valid, pad, xbc.dtype), new_state
+
+
+def committed_state(cfg, params, state, state_row, cache_indices=None):
+  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode.
+
+  Snapshot: slot `state_row` of each entry. Compact: the base with window rows 0..state_row
+  folded in. Invalid rows or entries give NaN states.
+  """
+  E = state.ssm.shape[0]
+  Bsz = state_row.shape[0]
+  _, in_pool, _, safe = _entries(E, Bsz, cache_indices)
+  if isinstance(state, SnapshotState):
+    S = state.ssm.shape[1]
+    ok = in_pool & (state_row >= 0) & (state_row < S)
+    srow = jnp.where(ok, state_row, 0)
+    ssm, conv = state.ssm[safe, srow], state.conv[safe, srow]
+  else:
+    ok = in_pool & compact_valid_rows(state_row, state.pending[safe])
+    ssm, conv, _ = fold(cfg, params, state, state_row, safe)
+    conv = conv.astype(state.conv.dtype)
+  nan = lambda a: jnp.where(ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.nan).astype(a.dtype)
+  return nan(ssm), nan(conv)
+
+
+# ----------------------------------------------------------------------------------------------
+# Chunked (SSD) form
+# ----------------------------------------------------------------------------------------------
+
+
+def conv_prefill(cfg, params, conv0, xbc):
+  """Causal conv over a whole chunk: post-conv [B, R, C] float32 and the final conv state."""
+  K = cfg.d_conv
+  v = jnp.concatenate([conv0.astype(f32), jnp.swapaxes(xbc.astype(f32), 1, 2)], axis=-1)
+  R = xbc.shape[1]
+  window = [v[..., k:k + R] for k in range(K)]                       # each [B, C, R]
+  taps = [params.conv_weight[:, k, None] for k in range(K)]
+  out = rowmath.conv_output(taps, window, params.conv_bias[:, None])
+  return jnp.swapaxes(out, 1, 2), v[..., R:]
+
+
+def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
+                precision=lax.Precision.HIGHEST):
+  """Dense SSD chunked scan of R rows (Mamba-2 paper, §6 "SSD algorithm"), jax.numpy.
+
+  Same math as `rows` (up to rounding: a different algorithm), computed per chunk of `chunk`
+  rows with matmuls: intra-chunk outputs through C·Bᵀ masked by the cumulative decay,
+  chunk states, and an inter-chunk scan from `ssm0`.
+
+  Args:
+    cfg, params, ssm0 [B, H, P, N], conv0 [B, C, K-1], xbc [B, R, C], dt [B, R, H],
+    z [B, R, H*P] or None: as in `rows`.
+    chunk: rows per chunk; R is padded up to a multiple (padded rows have dt = 0: no decay,
+      no input, so they leave the state unchanged).
+    precision: of every matmul.
+
+  Returns:
+    y [B, R, H*P] float32, final ssm [B, H, P, N] float32, final conv [B, C, K-1] float32.
+  """
+  Bsz, R, _ = xbc.shape
+  H, P, N, G = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN = cfg.d_inner, G * N
+  out, conv_f = conv_prefill(cfg, params, conv0, xbc)
+  x = out[..., :HP].reshape(Bsz, R, H, P)
+  bm = out[..., HP:HP + GN].reshape(Bsz, R, G, N)
+  cm = out[..., HP + GN:].reshape(Bsz, R, G, N)
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)     # [B, R, H]
+  A = -jnp.exp(params.A_log)
+  nc = -(-R // chunk)
+  pad = nc * chunk - R
+  padr = lambda a: jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
+  x, bm, cm = padr(x), padr(bm), padr(cm)
+  dtp = padr(dtp)  # zero dt on padded rows
+  L = chunk
+  x = x.reshape(Bsz, nc, L, H, P)
+  bm = jnp.repeat(bm.reshape(Bsz, nc, L, G, N), cfg.heads_per_group, axis=3)
+  cm = jnp.repeat(cm.reshape(Bsz, nc, L, G, N), cfg.heads_per_group, axis=3)
+  dtp = dtp.reshape(Bsz, nc, L, H)
+  a = dtp * A                                                     # log decay per row
+  acum = jnp.cumsum(a, axis=2)                                    # [B, nc, L, H]
+  ein = lambda s, *o: jnp.einsum(s, *o, precision=precision)
+  # Intra-chunk: y_t += sum_{s<=t} (C_t·B_s) exp(acum_t - acum_s) dt_s x_s
+  seg = acum[:, :, :, None, :] - acum[:, :, None, :, :]           # [B, nc, t, s, H]
+  causal = jnp.tril(jnp.ones((L, L), bool))[None, None, :, :, None]
+  decay_ts = jnp.where(causal, jnp.exp(jnp.where(causal, seg, 0.0)), 0.0)
+  cb = ein("bctgn,bcsgn->bctsg", cm, bm)                          # [B, nc, t, s, H]
+  w = cb * decay_ts * dtp[:, :, None, :, :]
+  y = ein("bctsh,bcshp->bcthp", w, x)
+  # Chunk states (from zero): S_c = sum_s exp(acum_L - acum_s) dt_s x_s B_s^T
+  tail = jnp.exp(acum[:, :, -1:, :] - acum) * dtp                 # [B, nc, L, H]
+  chunk_states = ein("bclh,bclhp,bclhn->bchpn", tail, x, bm)
+  chunk_decay = jnp.exp(acum[:, :, -1, :])                        # [B, nc, H]
+
+  def pass_state(st, inp):
+    cs, cd = inp
+    return st * cd[..., None, None] + cs, st
+
+  final, starts = lax.scan(pass_state, ssm0.astype(f32),
+                           (jnp.swapaxes(chunk_states, 0, 1), jnp.swapaxes(chunk_decay, 0, 1)))
+  starts = jnp.swapaxes(starts, 0, 1)                             # [B, nc, H, P, N]
+  y = y + ein("bclhn,bchpn->bclhp", cm, starts) * jnp.exp(acum)[..., None]
+  y = y + params.D[:, None] * x
+  y = y.reshape(Bsz, nc * L, HP)[:, :R]
+  if z is not None:
+    y = rowmath.gate(y, z.astype(f32))
+  return y, final, conv_f

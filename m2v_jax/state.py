@@ -1,0 +1,149 @@
+"""State pytrees of the two replay modes, and their constructors.
+
+Both states are pools: a leading axis of E entries (one per live request, E >= batch). A call
+addresses entries with `cache_indices [B]` (default `arange(B)`, which needs E == B).
+
+Snapshot mode (SPEC §3), `SnapshotState`:
+  ssm   [E, S, H, P, N] float32   the state after each of the last S rows of the previous call
+  conv  [E, S, C, K-1]            the matching conv states (activation dtype or float32)
+
+Compact replay mode (SPEC §4), `CompactState`:
+  ssm      [E, H, P, N] float32   slot 0: the committed base state
+  conv     [E, C, K-1]            slot 0: the committed base conv state
+  win_xbc  [E, W, C]              slot 1: raw (pre-conv) xBC of the pending rows, activation dtype
+  win_dt   [E, W, H] float32      slot 1: raw (pre-bias) dt of the pending rows
+  pending  [E] int32              slot 1: how many window rows are pending (0 ... W)
+
+The window keeps raw inputs, not post-conv values: replay recomputes the conv, the dt
+processing and the state update with the same code as the call that first ran the rows
+(`rowmath`), so both modes produce bitwise the same states. The conv state at any pending
+row is the last K-1 raw inputs up to it, which the window also provides.
+
+Memory per entry at Nemotron-3.5-Bolt geometry: snapshot S=8: 8 x (4 MiB + 120 KiB); compact
+W=8: 4 MiB + 120 KiB + 8 x (20 KiB bf16 xBC + 512 B dt).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from m2v_jax import config as config_lib
+
+ACTIVATION_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+class SnapshotState(NamedTuple):
+  """Snapshot-mode state pool (SPEC §3). See the module docstring for shapes."""
+
+  ssm: jax.Array
+  conv: jax.Array
+
+
+class CompactState(NamedTuple):
+  """Compact-replay state pool (SPEC §4): slot 0 = (ssm, conv), slot 1 = the window."""
+
+  ssm: jax.Array
+  conv: jax.Array
+  win_xbc: jax.Array
+  win_dt: jax.Array
+  pending: jax.Array
+
+
+State = SnapshotState | CompactState
+
+
+def _check_dtypes(dtype, conv_dtype):
+  dtype = jnp.dtype(dtype)
+  if dtype not in ACTIVATION_DTYPES:
+    raise TypeError(f"dtype: expected one of float32, bfloat16, float16, got {dtype}")
+  conv_dtype = dtype if conv_dtype is None else jnp.dtype(conv_dtype)
+  if conv_dtype not in (jnp.dtype(jnp.float32), dtype):
+    raise TypeError(f"conv_dtype: expected float32 or the activation dtype {dtype}, got {conv_dtype}")
+  return dtype, conv_dtype
+
+
+def state_shapes(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,
+                 conv_dtype=None) -> State:
+  """`jax.ShapeDtypeStruct`s of the state pool for `cfg.replay_mode` (no allocation)."""
+  dtype, conv_dtype = _check_dtypes(dtype, conv_dtype)
+  E, H, P, N, C, K1 = (num_entries, cfg.nheads, cfg.headdim, cfg.dstate, cfg.conv_dim,
+                       cfg.d_conv - 1)
+  sds = jax.ShapeDtypeStruct
+  f32 = jnp.float32
+  if cfg.replay_mode == config_lib.SNAPSHOT:
+    S = cfg.capacity
+    return SnapshotState(ssm=sds((E, S, H, P, N), f32), conv=sds((E, S, C, K1), conv_dtype))
+  W = cfg.capacity
+  return CompactState(ssm=sds((E, H, P, N), f32), conv=sds((E, C, K1), conv_dtype),
+                      win_xbc=sds((E, W, C), dtype), win_dt=sds((E, W, H), f32),
+                      pending=sds((E,), jnp.int32))
+
+
+def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,
+               conv_dtype=None) -> State:
+  """A zeroed state pool (every entry starts from the zero state; next `state_row` is 0).
+
+  Args:
+    cfg: layer geometry; `cfg.replay_mode` picks `SnapshotState` or `CompactState`.
+    num_entries: E, entries in the pool.
+    dtype: activation dtype of xBC (float32, bfloat16 or float16).
+    conv_dtype: dtype of the conv state: float32 or `dtype` (default `dtype`).
+
+  Returns:
+    A `SnapshotState` or `CompactState` of zeros.
+
+  Raises:
+    TypeError: an unsupported dtype.
+  """
+  shapes = state_shapes(cfg, num_entries, dtype, conv_dtype)
+  return type(shapes)(*(jnp.zeros(s.shape, s.dtype) for s in shapes))
+
+
+def reset_state(state: State) -> State:
+  """Rewrites the whole pytree with zeros: no slot and no pending row survives."""
+  return type(state)(*(jnp.zeros_like(leaf) for leaf in state))
+
+
+def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bfloat16) -> State:
+  """A state pool whose entries start from given committed states (prefix-cache restore).
+
+  After this the next call uses `state_row = 0` in both modes: snapshot slot 0 holds the
+  state (slots 1..S-1 are zero), the compact base holds it with nothing pending. The pool
+  owns fresh buffers (ops donate it), so `ssm` and `conv` stay valid.
+
+  Args:
+    cfg: layer geometry and mode.
+    ssm: [E, H, P, N] float32 committed SSM states.
+    conv: [E, C, K-1] committed conv states (float32 or `dtype`).
+    dtype: activation dtype of the calls that will follow.
+
+  Raises:
+    ValueError / TypeError: shapes or dtypes that do not match `cfg`.
+  """
+  ssm = jnp.asarray(ssm)
+  conv = jnp.asarray(conv)
+  E = ssm.shape[0] if ssm.ndim else 0
+  shapes = state_shapes(cfg, E, dtype, conv.dtype)
+  base_ssm_shape = (E, cfg.nheads, cfg.headdim, cfg.dstate)
+  base_conv_shape = (E, cfg.conv_dim, cfg.d_conv - 1)
+  if ssm.shape != base_ssm_shape or ssm.dtype != jnp.float32:
+    raise ValueError(f"ssm: expected float32{list(base_ssm_shape)}, got {ssm.dtype}{list(ssm.shape)}")
+  if conv.shape != base_conv_shape:
+    raise ValueError(f"conv: expected {list(base_conv_shape)}, got {list(conv.shape)}")
+  if isinstance(shapes, SnapshotState):
+    S = cfg.capacity
+    pad = lambda a: jnp.concatenate([a[:, None], jnp.zeros((E, S - 1) + a.shape[1:], a.dtype)], 1)
+    return SnapshotState(ssm=pad(ssm), conv=pad(conv))
+  return CompactState(ssm=jnp.array(ssm, copy=True), conv=jnp.array(conv, copy=True),
+                      win_xbc=jnp.zeros(shapes.win_xbc.shape, shapes.win_xbc.dtype),
+                      win_dt=jnp.zeros(shapes.win_dt.shape, shapes.win_dt.dtype),
+                      pending=jnp.zeros((E,), jnp.int32))
+
+
+def state_nbytes(state: State) -> int:
+  """Bytes held by a state pool."""
+  return int(sum(np.prod(leaf.shape) * jnp.dtype(leaf.dtype).itemsize for leaf in state))

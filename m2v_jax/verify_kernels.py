@@ -1,0 +1,458 @@
+"""Serial (row-by-row) Pallas kernels of both replay modes: the verify path.
+
+A call runs two kernels on the Triton lowering:
+
+1. `prep` (grid: conv-channel blocks + 1, batch). Each program owns a block of conv channels
+   of one sequence: it reads the starting conv state, replays pending window rows (compact),
+   runs the new rows through the causal conv, writes the conv snapshots (snapshot mode) or
+   the new base conv state and window rows (compact mode) in place, and writes the post-conv
+   activations of every row it ran to a float32 scratch `xr [B, RT, C]`. The extra program
+   per sequence processes dt (bias, softplus, clamp, decay) into `dtr`, `dAr [B, RT, H]` and
+   updates the window's dt rows. Ownership is disjoint, and each program reads what it owns
+   before writing it, so the in-place updates have no races.
+2. `ssm` (grid: P / block_p, batch, heads). Each program owns a [block_p, N] float32 tile of
+   one head's state, kept in registers: it loads it once, replays the pending rows (compact),
+   runs the new rows (state update and y readout), and stores the tile as the snapshot of
+   every row (snapshot mode) or once as the new base (compact mode).
+
+Rows are indexed in the scratch as `RT = R` (snapshot) or `RT = W + R` (compact: replayed
+window rows at 0..W-1, new rows at W..W+R-1).
+
+Both modes run the same kernel functions with a different static `Plan`, call `rowmath` for
+every arithmetic step, and use the same (block_p, num_warps), so their y and states agree
+bitwise. Invalid sequences (bad `state_row`, entry, or `num_rows`, checked on the device) run
+nothing: their state is untouched and their y rows are NaN; padding entries (-1) get y = 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from m2v_jax import _backend
+from m2v_jax import config as config_lib
+from m2v_jax import rowmath
+
+f32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Static description of one launch pair.
+
+  Attributes:
+    cfg: layer geometry (its `replay_mode` is the mode).
+    R: new rows in the call; 0 = fold only (compact: replay the window into the base).
+    E: entries in the state pool.
+    B: sequences in the call.
+    has_z: whether a gate z is applied to y.
+    y_dtype: dtype of y (the activation dtype).
+    conv_dtype: dtype of the conv state.
+    tiles: launch parameters.
+    interpret: Pallas interpret mode.
+  """
+
+  cfg: config_lib.Mamba2Config
+  R: int
+  E: int
+  B: int
+  has_z: bool
+  y_dtype: jnp.dtype
+  conv_dtype: jnp.dtype
+  tiles: config_lib.TileConfig
+  interpret: bool
+
+  @property
+  def compact(self) -> bool:
+    return self.cfg.replay_mode == config_lib.COMPACT
+
+  @property
+  def cap(self) -> int:
+    return self.cfg.capacity
+
+  @property
+  def first_kept(self) -> int:
+    """Snapshot: rows before the first one whose state is stored (R > S keeps the last S)."""
+    return max(self.R - self.cap, 0)
+
+  @property
+  def commit(self) -> int:
+    """Compact: new rows folded into the base (R > W leaves the last W pending)."""
+    return max(self.R - self.cap, 0)
+
+  @property
+  def new_off(self) -> int:
+    return self.cap if self.compact else 0
+
+  @property
+  def RT(self) -> int:
+    return self.new_off + self.R
+
+  @property
+  def block_c(self) -> int:
+    """Conv channels per prep program: the tile's block_c, shrunk to divide C."""
+    return config_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.block_c)
+
+  @property
+  def block_p(self) -> int:
+    """P rows per SSM program: the tile's block_p, shrunk to divide P."""
+    return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
+
+  @property
+  def unroll_new(self) -> bool:
+    """Unroll the new-row loop (verify-sized calls) instead of a `fori_loop` (prefill)."""
+    return self.tiles.unroll and self.R <= self.cap
+
+  @property
+  def unroll_replay(self) -> bool:
+    return self.tiles.unroll and self.cap <= MAX_UNROLL
+
+
+MAX_UNROLL = 16
+
+
+def _rows(start, stop, bound, body, carry, unroll):
+  """Runs `body(i, carry, active)` over rows i in [start, stop) that are below `bound`.
+
+  Unrolled: every row of [start, stop) is emitted with `active = i < bound` (a traced bool),
+  so the loads of all rows are independent of the carry and issue up front; the body selects
+  its carry with `_sel` and guards its side effects with `_when`. Otherwise a `fori_loop`
+  over [start, bound) with `active = None` (always active).
+  """
+  if unroll:
+    for i in range(start, stop):
+      carry = body(i, carry, i < bound)
+    return carry
+  return lax.fori_loop(start, bound, lambda i, c: body(i, c, None), carry)
+
+
+def _when(active, fn):
+  if active is None:
+    fn()
+  else:
+    pl.when(active)(fn)
+
+
+def _sel(active, new, old):
+  if active is None:
+    return new
+  return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
+
+
+def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pending):
+  """Per-sequence validity, shared by both kernels and the op wrapper (scalars or arrays).
+
+  Args:
+    compact: mode.
+    cap: S or W.
+    E: pool entries.
+    R: rows in the call (0 for a fold).
+    entry: pool index (-1 = padding).
+    row: `state_row`.
+    n: `num_rows` (R when not given).
+    pending: the entry's pending-row count (compact; ignored in snapshot mode).
+
+  Returns:
+    (valid, pad, n_replay): valid = the call runs for this sequence; pad = padding entry;
+    n_replay = window rows to fold first (compact), clipped to [0, cap].
+  """
+  in_pool = (entry >= 0) & (entry < E)
+  if compact:
+    row_ok = jnp.where(pending > 0, (row >= 0) & (row < pending), row == 0)
+    n_replay = jnp.clip(jnp.where(pending > 0, row + 1, 0), 0, cap)
+  else:
+    row_ok = (row >= 0) & (row < cap)
+    n_replay = jnp.zeros_like(row)
+  n_ok = (n >= 1) & (n <= R) if R else (n == 0)
+  return in_pool & row_ok & n_ok, entry == -1, n_replay
+
+
+def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
+  entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
+  safe = jnp.where((entry >= 0) & (entry < plan.E), entry, 0)
+  pending = pend_ref[safe] if plan.compact else jnp.int32(0)
+  valid, pad, n_replay = sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry, row, n,
+                                         pending)
+  n = jnp.clip(n, 0, plan.R)
+  row = jnp.where(valid, row, 0)
+  return safe, row, n, valid, pad, n_replay
+
+
+# ----------------------------------------------------------------------------------------------
+# prep: conv + dt
+# ----------------------------------------------------------------------------------------------
+
+
+def _prep_kernel(*refs, plan: Plan):
+  cfg = plan.cfg
+  K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
+  BC = plan.block_c
+  n_cblocks = C // BC
+  BH = config_lib.pow2_divisor(H, 128)
+  refs = list(refs)
+  idx_ref, row_ref, n_ref = refs[:3]
+  del refs[:3]
+  pend_ref = refs.pop(0) if plan.compact else None
+  if plan.R:
+    xbc_ref, dt_ref = refs.pop(0), refs.pop(0)
+  w_ref, cb_ref, dtb_ref, alog_ref = refs[:4]
+  del refs[:4]
+  if plan.compact:
+    conv_in, wx_in, wdt_in, conv_out, wx_out, wdt_out, xr_ref, dtr_ref, dar_ref = refs
+  else:
+    conv_in, conv_out, xr_ref, dtr_ref, dar_ref = refs
+
+  pid, b = pl.program_id(0), pl.program_id(1)
+  e, row, n, valid, _, n_rep = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref)
+  off, commit, first_kept = plan.new_off, plan.commit, plan.first_kept
+
+  def store_conv_base(cs, win):
+    for j in range(K1):
+      conv_out[e, cs, j] = win[j].astype(plan.conv_dtype)
+
+  @pl.when(valid & (pid < n_cblocks))
+  def _conv():
+    cs = pl.ds(pid * BC, BC)
+    taps = [w_ref[cs, k] for k in range(K1 + 1)]
+    bias = cb_ref[cs]
+    if plan.compact:
+      win = tuple(conv_in[e, cs, j].astype(f32) for j in range(K1))
+
+      def replay(j, win, active):
+        v = wx_in[e, j, cs].astype(f32)
+        xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias)
+        return _sel(active, win[1:] + (v,), win)
+
+      win = _rows(0, plan.cap, n_rep, replay, win, plan.unroll_replay)
+      if commit == 0:
+        pl.when(n_rep > 0)(lambda: store_conv_base(cs, win))
+      _backend.barrier(plan.interpret)
+    else:
+      win = tuple(conv_in[e, row, cs, j].astype(f32) for j in range(K1))
+    if not plan.R:
+      return
+
+    def new_row(i, win, active):
+      raw = xbc_ref[b, i, cs]
+      v = raw.astype(f32)
+      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias)
+      new_win = win[1:] + (v,)
+      if plan.compact:
+        def store_window():
+          wx_out[e, i - commit, cs] = raw.astype(wx_out.dtype)
+        if commit:
+          pl.when(i >= commit)(store_window)
+          pl.when(i == commit - 1)(lambda: store_conv_base(cs, new_win))
+        else:
+          _when(active, store_window)
+      else:
+        def store_snapshot():
+          for j in range(K1):
+            conv_out[e, i - first_kept, cs, j] = new_win[j].astype(plan.conv_dtype)
+        if first_kept:
+          pl.when(i >= first_kept)(store_snapshot)
+        else:
+          _when(active, store_snapshot)
+      return _sel(active, new_win, win)
+
+    _rows(0, plan.R, n, new_row, win, plan.unroll_new)
+
+  @pl.when(valid & (pid == n_cblocks))
+  def _dt():
+    for hb in range(H // BH):
+      hs = pl.ds(hb * BH, BH)
+      bias, a_log = dtb_ref[hs], alog_ref[hs]
+
+      def put(r, raw):
+        dtp = rowmath.process_dt(raw, bias, cfg.dt_limit)
+        dtr_ref[b, r, hs] = dtp
+        dar_ref[b, r, hs] = rowmath.decay(dtp, a_log)
+
+      if plan.compact:
+        def replay(j, c, active):
+          put(j, wdt_in[e, j, hs])
+          return c
+        _rows(0, plan.cap, n_rep, replay, 0, plan.unroll_replay)
+        _backend.barrier(plan.interpret)
+      if not plan.R:
+        continue
+
+      def new_row(i, c, active):
+        raw = dt_ref[b, i, hs].astype(f32)
+        put(off + i, raw)
+        if plan.compact:
+          def store_window():
+            wdt_out[e, i - commit, hs] = raw
+          if commit:
+            pl.when(i >= commit)(store_window)
+          else:
+            _when(active, store_window)
+        return c
+
+      _rows(0, plan.R, n, new_row, 0, plan.unroll_new)
+
+
+def prep_call(plan: Plan):
+  """The prep kernel as a function of arrays (see `_prep_kernel` for the argument order)."""
+  cfg = plan.cfg
+  C, H = cfg.conv_dim, cfg.nheads
+  n_cblocks = C // plan.block_c
+  n_scalar = 4 if plan.compact else 3
+  n_in = n_scalar + (2 if plan.R else 0) + 4
+  state_shapes = _prep_state_shapes(plan)
+  scratch = [jax.ShapeDtypeStruct((plan.B, plan.RT, C), f32),
+             jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32),
+             jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32)]
+  return _backend.pallas_call(
+      lambda *refs: _prep_kernel(*refs, plan=plan),
+      grid=(n_cblocks + 1, plan.B),
+      out_shape=tuple(state_shapes) + tuple(scratch),
+      input_output_aliases={n_in + i: i for i in range(len(state_shapes))},
+      num_warps=plan.tiles.prep_warps, num_stages=1, interpret=plan.interpret,
+      name=f"m2v_prep_{plan.cfg.replay_mode}_r{plan.R}")
+
+
+def _prep_state_shapes(plan):
+  cfg = plan.cfg
+  C, H, K1, E, cap = cfg.conv_dim, cfg.nheads, cfg.d_conv - 1, plan.E, plan.cap
+  sds = jax.ShapeDtypeStruct
+  if plan.compact:
+    return [sds((E, C, K1), plan.conv_dtype), sds((E, cap, C), plan.y_dtype),
+            sds((E, cap, H), f32)]
+  return [sds((E, cap, C, K1), plan.conv_dtype)]
+
+
+# ----------------------------------------------------------------------------------------------
+# ssm: state update + readout
+# ----------------------------------------------------------------------------------------------
+
+
+def _ssm_kernel(*refs, plan: Plan):
+  cfg = plan.cfg
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN = cfg.d_inner, G * N
+  BP = plan.block_p
+  refs = list(refs)
+  idx_ref, row_ref, n_ref = refs[:3]
+  del refs[:3]
+  pend_ref = refs.pop(0) if plan.compact else None
+  xr_ref, dtr_ref, dar_ref = refs[:3]
+  del refs[:3]
+  z_ref = refs.pop(0) if plan.has_z else None
+  d_ref, ssm_in, ssm_out = refs[:3]
+  y_ref = refs[3] if plan.R else None
+
+  pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  e, row, n, valid, pad, n_rep = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref)
+  g = h // cfg.heads_per_group
+  ps = pl.ds(pid_p * BP, BP)
+  xcols = pl.ds(h * P + pid_p * BP, BP)
+  bcols = pl.ds(HP + g * N, N)
+  ccols = pl.ds(HP + GN + g * N, N)
+  off, commit, first_kept = plan.new_off, plan.commit, plan.first_kept
+
+  def update(r, st):
+    x = xr_ref[b, r, xcols]
+    return rowmath.state_update(st, dar_ref[b, r, h], dtr_ref[b, r, h] * x, xr_ref[b, r, bcols]), x
+
+  def store_base(st):
+    ssm_out[e, h, ps, :] = st
+
+  @pl.when(valid)
+  def _run():
+    if plan.compact:
+      st = ssm_in[e, h, ps, :]
+      st = _rows(0, plan.cap, n_rep, lambda j, st, active: _sel(active, update(j, st)[0], st),
+                 st, plan.unroll_replay)
+      if commit == 0:
+        pl.when(n_rep > 0)(lambda: store_base(st))
+    else:
+      st = ssm_in[e, row, h, ps, :]
+    if not plan.R:
+      return
+
+    def new_row(i, st, active):
+      new_st, x = update(off + i, st)
+      y = rowmath.readout(_backend.isolate(new_st, plan.interpret), xr_ref[b, off + i, ccols],
+                          d_ref[h], x)
+      if plan.has_z:
+        y = rowmath.gate(y, z_ref[b, i, xcols].astype(f32))
+      y_ref[b, i, xcols] = _sel(active, y, jnp.zeros_like(y)).astype(y_ref.dtype)
+      if plan.compact:
+        if commit:
+          pl.when(i == commit - 1)(lambda: store_base(new_st))
+      else:
+        def store_snapshot():
+          ssm_out[e, i - first_kept, h, ps, :] = new_st
+        if first_kept:
+          pl.when(i >= first_kept)(store_snapshot)
+        else:
+          _when(active, store_snapshot)
+      return _sel(active, new_st, st)
+
+    _rows(0, plan.R, n, new_row, st, plan.unroll_new)
+
+    if not plan.unroll_new:
+      def zero_row(i, c):
+        y_ref[b, i, xcols] = jnp.zeros((BP,), y_ref.dtype)
+        return c
+
+      lax.fori_loop(n, plan.R, zero_row, 0)
+
+  if plan.R:
+    @pl.when(~valid)
+    def _fill():
+      nans = jnp.full((BP,), jnp.nan, f32)
+      fill = jnp.where(pad, jnp.zeros((BP,), f32), nans).astype(y_ref.dtype)
+
+      def fill_row(i, c):
+        y_ref[b, i, xcols] = fill
+        return c
+
+      lax.fori_loop(0, plan.R, fill_row, 0)
+
+
+def ssm_call(plan: Plan):
+  """The SSM kernel as a function of arrays (see `_ssm_kernel` for the argument order)."""
+  cfg = plan.cfg
+  H, P, N, E, cap = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, plan.cap
+  sds = jax.ShapeDtypeStruct
+  ssm_shape = sds((E, H, P, N), f32) if plan.compact else sds((E, cap, H, P, N), f32)
+  n_in = (4 if plan.compact else 3) + 3 + (1 if plan.has_z else 0) + 1
+  outs = [ssm_shape]
+  if plan.R:
+    outs.append(sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype))
+  return _backend.pallas_call(
+      lambda *refs: _ssm_kernel(*refs, plan=plan),
+      grid=(P // plan.block_p, plan.B, H),
+      out_shape=tuple(outs),
+      input_output_aliases={n_in: 0},
+      num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
+      interpret=plan.interpret,
+      name=f"m2v_ssm_{plan.cfg.replay_mode}_r{plan.R}")
+
+
+def run(plan: Plan, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
+  """Runs prep + ssm for one call. Returns (y or None, new state leaves (ssm, conv, win_xbc,
+  win_dt) as a dict). The compact `pending` update is left to the caller.
+  """
+  scal = [cache_indices, state_row, num_rows]
+  if plan.compact:
+    scal.append(state.pending)
+  inputs = [xbc, dt] if plan.R else []
+  wts = [params.conv_weight, params.conv_bias, params.dt_bias, params.A_log]
+  if plan.compact:
+    conv, wx, wdt, xr, dtr, dar = prep_call(plan)(*scal, *inputs, *wts, state.conv,
+                                                   state.win_xbc, state.win_dt)
+    new = dict(conv=conv, win_xbc=wx, win_dt=wdt)
+  else:
+    conv, xr, dtr, dar = prep_call(plan)(*scal, *inputs, *wts, state.conv)
+    new = dict(conv=conv)
+  zin = [z] if plan.has_z else []
+  outs = ssm_call(plan)(*scal, xr, dtr, dar, *zin, params.D, state.ssm)
+  new["ssm"] = outs[0]
+  return (outs[1] if plan.R else None), new

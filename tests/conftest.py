@@ -1,0 +1,31 @@
+"""Test setup: CPU runs kernels in Pallas interpret mode, GPU runs them compiled.
+
+XLA:CPU contracts a*b+c into a fused multiply-add unless told otherwise; the library's
+rounding policy is "no FMA" (BUILD.md), so the CPU suite runs XLA with `--xla_cpu_max_isa=AVX`,
+which keeps every product and sum rounded on its own, as the GPU kernels do. This must be set
+before JAX initializes its CPU backend.
+"""
+
+import os
+
+_flag = "--xla_cpu_max_isa=AVX"
+if _flag not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+ON_GPU = jax.default_backend() == "gpu"
+
+
+def pytest_collection_modifyitems(config, items):
+  skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (compiled Pallas Triton kernels)")
+  for item in items:
+    if "gpu" in item.keywords and not ON_GPU:
+      item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def backend():
+  """The kernel backend under test: compiled on a GPU, interpret mode elsewhere."""
+  return "pallas" if ON_GPU else "interpret"

@@ -1,0 +1,67 @@
+"""Shared test helpers: small geometries, random inputs, bitwise and tolerance asserts."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+import m2v_jax as m
+
+
+def small_cfg(ngroups=2, capacity=8, mode="snapshot", **kw) -> m.Mamba2Config:
+  """A geometry small enough for interpret mode: H=4, P=8, N=16, K=4."""
+  return m.Mamba2Config(nheads=4, headdim=8, dstate=16, ngroups=ngroups, capacity=capacity,
+                        replay_mode=mode, **kw)
+
+
+def inputs(cfg, B, R, dtype=jnp.float32, rng=None, z=False):
+  """Random raw xBC [B, R, C], dt [B, R, H] (and z) in `dtype`."""
+  rng = rng if rng is not None else np.random.default_rng(0)
+  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(-0.5, 1.5, size=(B, R, cfg.nheads)), dtype)
+  if z:
+    return xbc, dt, jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype)
+  return xbc, dt
+
+
+def random_state(cfg, E, dtype=jnp.float32, rng=None, conv_dtype=None):
+  """A state pool with random committed states in every snapshot slot / the compact base."""
+  rng = rng if rng is not None else np.random.default_rng(1)
+  shapes = m.state_shapes(cfg, E, dtype, conv_dtype)
+  leaves = []
+  for name, s in zip(type(shapes)._fields, shapes):
+    if name == "pending":
+      leaves.append(jnp.zeros(s.shape, s.dtype))
+    elif name.startswith("win"):
+      leaves.append(jnp.zeros(s.shape, s.dtype))
+    else:
+      leaves.append(jnp.asarray(rng.normal(size=s.shape), s.dtype))
+  return type(shapes)(*leaves)
+
+
+def copy_state(state):
+  """A host copy of every leaf (the op donates its input state)."""
+  return type(state)(*(np.asarray(leaf).copy() for leaf in state))
+
+
+def bits(a):
+  a = np.asarray(a)
+  return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def assert_bitwise(a, b, what=""):
+  a, b = np.asarray(a), np.asarray(b)
+  assert a.shape == b.shape and a.dtype == b.dtype, (what, a.shape, b.shape, a.dtype, b.dtype)
+  diff = np.flatnonzero(bits(a) != bits(b))
+  assert diff.size == 0, (f"{what}: {diff.size} of {a.size} elements differ, first at "
+                          f"{np.unravel_index(diff[0], a.shape)}: {a.flat[diff[0]]} vs {b.flat[diff[0]]}")
+
+
+def assert_close(a, b, rtol, what=""):
+  """Relative error ||a - b|| / ||b|| below rtol, and no NaN in either."""
+  a = np.asarray(a, np.float64)
+  b = np.asarray(b, np.float64)
+  assert a.shape == b.shape, (what, a.shape, b.shape)
+  assert np.all(np.isfinite(a)) and np.all(np.isfinite(b)), f"{what}: non-finite values"
+  err = np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+  assert err < rtol, f"{what}: relative error {err:.3e} >= {rtol:.1e}"

@@ -1,0 +1,117 @@
+"""GPU-only checks: compiled kernels at Nemotron-3.5-Bolt geometry, the rounding canary,
+in-place updates. Skipped on machines without a CUDA GPU (run by tests/run_gpu.sh)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import m2v_jax as m
+from m2v_jax import _backend, reference, rowmath
+from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
+from tests.test_compact import Pair
+
+pytestmark = pytest.mark.gpu
+BOLT = m.BOLT
+
+
+def test_rounding_policy_canary():
+  """The shared state update compiles to separately rounded multiplies and adds (no FMA)."""
+  rng = np.random.default_rng(0)
+  st, b = (rng.normal(size=s).astype(np.float32) for s in ((64, 128), (128,)))
+  dA, dtx = np.float32(rng.uniform(0.5, 1.0)), rng.normal(size=64).astype(np.float32)
+
+  def kernel(st_ref, da_ref, dtx_ref, b_ref, o_ref):
+    o_ref[...] = rowmath.state_update(st_ref[...], da_ref[0], dtx_ref[...], b_ref[...])
+
+  out = _backend.pallas_call(kernel, grid=(1,), out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+                             input_output_aliases={}, num_warps=4, num_stages=1,
+                             interpret=False, name="canary")(st, jnp.asarray([dA]), dtx, b)
+  unfused = st * dA + (dtx[:, None] * b[None, :])          # NumPy rounds each op
+  fused = (st.astype(np.float64) * dA + (dtx[:, None] * b[None, :]).astype(np.float64)).astype(np.float32)
+  assert np.count_nonzero(fused != unfused) > 0, "inputs do not separate the two policies"
+  assert_bitwise(out, unfused, "state update vs separately rounded float32")
+
+
+@pytest.mark.parametrize("R", [1, 8, 37])
+def test_bolt_snapshot_matches_reference(R):
+  rng = np.random.default_rng(R)
+  p = m.random_params(BOLT, R)
+  state = random_state(BOLT, 2, rng=rng)
+  rows = np.array([3, 7], np.int32)
+  xbc, dt = inputs(BOLT, 2, R, rng=rng)
+  y_ref, want = reference.snapshot_call(BOLT, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
+                                        xbc, dt, jnp.asarray(rows))
+  fn = m.verify if R <= 8 else m.prefill
+  y, got = fn(BOLT, p, state, xbc, dt, rows, backend="pallas")
+  assert_close(y, y_ref, 1e-5, "y")
+  assert_close(got.ssm, want.ssm, 1e-5, "ssm")
+  assert_close(got.conv, want.conv, 1e-6, "conv")
+
+
+@pytest.mark.parametrize("B", [1, 4])
+def test_bolt_compact_snapshot_bitwise(B):
+  pair = Pair("pallas", B=B, seed=B, cfg=BOLT, dtype=jnp.bfloat16)
+  pair.call(37)
+  for rows in ([7] * B, [0] * B, [3] * B, None, None):
+    pair.accept(pair.random_rows() if rows is None else rows)
+    pair.call(8)
+  pair.accept(pair.random_rows())
+  pair.call(37)          # prefill while a window is pending
+  pair.accept([7] * B)
+  pair.call(1)
+  pair.accept([0] * B)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_bolt_one_call_equals_row_calls(mode):
+  cfg = BOLT.replace(replay_mode=mode)
+  p = m.random_params(cfg, 3)
+  rng = np.random.default_rng(3)
+  xbc, dt = inputs(cfg, 1, 8, jnp.bfloat16, rng=rng)
+  start = random_state(BOLT, 1, rng=rng)
+  mk = lambda: m.state_from_committed(cfg, start.ssm[:, 0], start.conv[:, 0].astype(jnp.bfloat16),
+                                      jnp.bfloat16)
+  y_all, whole = m.verify(cfg, p, mk(), xbc, dt, [0], backend="pallas")
+  single, ys = mk(), []
+  for t in range(8):
+    y, single = m.verify(cfg, p, single, xbc[:, t:t + 1], dt[:, t:t + 1], [0], backend="pallas")
+    ys.append(np.asarray(y))
+  assert_bitwise(np.concatenate(ys, 1), y_all, "y")
+  a = m.committed_state(cfg, p, whole, [7], backend="pallas")
+  b = m.committed_state(cfg, p, single, [0], backend="pallas")
+  assert_bitwise(a[0], b[0], "ssm")
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_bolt_invalid_rows_leave_state(mode):
+  cfg = BOLT.replace(replay_mode=mode)
+  p = m.random_params(cfg, 4)
+  rng = np.random.default_rng(4)
+  state = m.init_state(cfg, 3, jnp.bfloat16)
+  xbc, dt = inputs(cfg, 3, 6, jnp.bfloat16, rng=rng)
+  _, state = m.verify(cfg, p, state, xbc, dt, [0, 0, 0], backend="pallas")
+  before = copy_state(state)
+  rows = jnp.asarray([-5, 6, 2 ** 30], jnp.int32)        # valid only for sequence 1
+  y, state = m.verify(cfg, p, state, xbc, dt, rows, backend="pallas")
+  y = np.asarray(y.astype(jnp.float32))
+  assert np.all(np.isnan(y[0])) and np.all(np.isnan(y[2])) and not np.any(np.isnan(y[1]))
+  for name, a, b in zip(type(state)._fields, state, before):
+    for s in (0, 2):
+      assert_bitwise(np.asarray(a)[s], b[s], f"{name} of sequence {s}")
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_bolt_state_updated_in_place(mode):
+  """Donated state: the compiled program has no copy and the output reuses the input buffer."""
+  cfg = BOLT.replace(replay_mode=mode)
+  p = m.random_params(cfg, 5)
+  state = m.init_state(cfg, 2, jnp.bfloat16)
+  xbc, dt = inputs(cfg, 2, 8, jnp.bfloat16)
+  rows = jnp.zeros((2,), jnp.int32)
+  step = jax.jit(lambda s: m.verify(cfg, p, s, xbc, dt, rows)[1], donate_argnums=0)
+  hlo = step.lower(state).compile().as_text()
+  assert " copy(" not in hlo and "copy-start" not in hlo, "the state pool is copied"
+  ptr = state.ssm.unsafe_buffer_pointer()
+  state = step(state)
+  assert state.ssm.unsafe_buffer_pointer() == ptr

@@ -1,0 +1,150 @@
+"""The jax.numpy reference against an independent float64 NumPy transcription of SPEC §2-§4."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import m2v_jax as m
+from m2v_jax import reference
+from tests.helpers import assert_bitwise, assert_close, inputs, random_state, small_cfg
+
+
+def np_rows(cfg, p, ssm0, conv0, xbc, dt, z=None):
+  """SPEC §2, row by row, in float64. Returns y [B,R,HP], states [B,R,H,P,N], convs [B,R,C,K-1]."""
+  f = lambda a: np.asarray(a, np.float64)
+  ssm, conv, xbc, dt = f(ssm0).copy(), f(conv0).copy(), f(xbc), f(dt)
+  w, cb, dtb, alog, D = (f(a) for a in p)
+  H, P, N, G = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN = H * P, G * N
+  silu = lambda v: v / (1 + np.exp(-v))
+  B, R, _ = xbc.shape
+  ys, sts, cvs = np.zeros((B, R, HP)), np.zeros((B, R) + ssm.shape[1:]), np.zeros((B, R) + conv.shape[1:])
+  for b in range(B):
+    for t in range(R):
+      win = np.concatenate([conv[b], xbc[b, t][:, None]], axis=1)
+      post = silu((w * win).sum(1) + cb)
+      conv[b] = win[:, 1:]
+      x = post[:HP].reshape(H, P)
+      Bm, Cm = post[HP:HP + GN].reshape(G, N), post[HP + GN:].reshape(G, N)
+      d = dt[b, t] + dtb
+      d = np.where(d <= 20, np.log1p(np.exp(np.minimum(d, 20))), d)
+      d = np.clip(d, *cfg.dt_limit)
+      dA = np.exp(d * -np.exp(alog))
+      for h in range(H):
+        g = h // (H // G)
+        ssm[b, h] = ssm[b, h] * dA[h] + np.outer(d[h] * x[h], Bm[g])
+        ys[b, t, h * P:(h + 1) * P] = ssm[b, h] @ Cm[g] + D[h] * x[h]
+      if z is not None:
+        ys[b, t] *= silu(f(z)[b, t])
+      sts[b, t], cvs[b, t] = ssm[b], conv[b]
+  return ys, sts, cvs
+
+
+@pytest.mark.parametrize("ngroups", [1, 2])
+@pytest.mark.parametrize("use_z", [False, True])
+def test_rows_match_float64_transcription(ngroups, use_z):
+  cfg = small_cfg(ngroups=ngroups, dt_limit=(0.0, 0.5) if use_z else (0.0, float("inf")))
+  p = m.random_params(cfg, 3)
+  rng = np.random.default_rng(5)
+  args = inputs(cfg, 2, 6, rng=rng, z=use_z)
+  xbc, dt = args[:2]
+  z = args[2] if use_z else None
+  ssm0 = jnp.asarray(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
+  conv0 = jnp.asarray(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
+  y, s, c = reference.rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=6)
+  y64, s64, c64 = np_rows(cfg, p, ssm0, conv0, xbc, dt, z)
+  assert_close(y, y64, 1e-5, "y")
+  assert_close(s, s64, 1e-5, "states")
+  assert_close(c, c64, 1e-7, "conv")
+
+
+def test_softplus_threshold_and_large_dt():
+  """dt + bias above 20 passes through unchanged (no softplus), below it is softplus'd."""
+  raw = jnp.array([-30.0, 0.0, 19.5, 20.0, 20.5, 80.0], jnp.float32)
+  out = np.asarray(m.rowmath.process_dt(raw, 0.0, (0.0, float("inf"))))
+  want = np.where(np.asarray(raw) <= 20, np.log1p(np.exp(np.minimum(np.asarray(raw), 20.0))), raw)
+  np.testing.assert_allclose(out, want, rtol=1e-6)
+  assert out[4] == 20.5 and out[5] == 80.0
+
+
+@pytest.mark.parametrize("R,S", [(3, 8), (8, 8), (12, 8), (37, 16)])
+def test_snapshot_slots(R, S):
+  """R <= S: slot r = after row r, slots >= R untouched; R > S: slot s = after row R-S+s."""
+  cfg = small_cfg(capacity=S)
+  p = m.random_params(cfg, 1)
+  rng = np.random.default_rng(R)
+  B = 2
+  state = random_state(cfg, B, rng=rng)
+  rows = np.array([S - 1, 0], np.int32)
+  xbc, dt = inputs(cfg, B, R, rng=rng)
+  before = [np.asarray(a) for a in state]
+  y, new = reference.snapshot_call(cfg, p, state, xbc, dt, jnp.asarray(rows))
+  y64, s64, c64 = np_rows(cfg, p, before[0][np.arange(B), rows], before[1][np.arange(B), rows],
+                          xbc, dt)
+  assert_close(y, y64, 1e-5, "y")
+  keep = min(R, S)
+  assert_close(np.asarray(new.ssm)[:, :keep], s64[:, R - keep:], 1e-5, "slots")
+  assert_close(np.asarray(new.conv)[:, :keep], c64[:, R - keep:], 1e-7, "conv slots")
+  assert_bitwise(np.asarray(new.ssm)[:, keep:], before[0][:, keep:], "slots >= R")
+
+
+@pytest.mark.parametrize("R,W", [(5, 8), (8, 8), (37, 8), (20, 16)])
+def test_compact_matches_snapshot_bitwise(R, W):
+  """Reference modes agree bitwise over calls with replay, prefill hand-off and verify."""
+  snap = small_cfg(capacity=W)
+  comp = snap.replace(replay_mode="compact")
+  p = m.random_params(snap, 2)
+  rng = np.random.default_rng(7)
+  B = 3
+  s = m.init_state(snap, B, jnp.float32)
+  c = m.init_state(comp, B, jnp.float32)
+  rows = jnp.zeros((B,), jnp.int32)
+  for n in (R, 8, 3, R, 1):
+    n = min(n, W) if n != R else R
+    xbc, dt = inputs(snap, B, n, rng=rng)
+    ys, s = reference.snapshot_call(snap, p, s, xbc, dt, rows)
+    yc, c = reference.compact_call(comp, p, c, xbc, dt, rows)
+    assert_bitwise(ys, yc, f"y R={n}")
+    assert np.all(np.asarray(c.pending) == min(n, W))
+    rows = jnp.asarray(rng.integers(0, min(n, W), B), jnp.int32)
+    for a, b in zip(reference.committed_state(snap, p, s, rows),
+                    reference.committed_state(comp, p, c, rows)):
+      assert_bitwise(a, b, f"committed R={n}")
+
+
+def test_chunked_ssd_matches_serial():
+  cfg = small_cfg(ngroups=2)
+  p = m.random_params(cfg, 4)
+  rng = np.random.default_rng(9)
+  xbc, dt, z = inputs(cfg, 2, 45, rng=rng, z=True)
+  ssm0 = jnp.asarray(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
+  conv0 = jnp.asarray(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
+  y, s, c = reference.rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=1)
+  for chunk in (8, 16, 64):
+    yc, sc, cc = reference.ssd_chunked(cfg, p, ssm0, conv0, xbc, dt, z, chunk=chunk)
+    assert_close(yc, y, 1e-5, f"y chunk={chunk}")
+    assert_close(sc, s[:, 0], 1e-5, f"state chunk={chunk}")
+    assert_bitwise(cc, c[:, 0], "conv")
+
+
+@pytest.mark.parametrize("value,want", [("snapshot", "snapshot"), ("compact", "compact"),
+                                        ("0", "snapshot"), ("1", "compact")])
+def test_mode_option_accepts(value, want):
+  assert m.parse_replay_mode(value) == want
+  assert small_cfg(mode=value).replay_mode == want
+
+
+@pytest.mark.parametrize("value", ["2", "Compact", "", 1, None, "replay", " 1"])
+def test_mode_option_rejects(value):
+  with pytest.raises(ValueError, match=r"replay_mode: expected one of \['0', '1', 'compact', 'snapshot'\]"):
+    small_cfg(mode=value)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(ngroups=3), "ngroups: expected a divisor of nheads=4"),
+    (dict(capacity=0), "capacity: expected a positive int"),
+    (dict(dt_limit=(1.0, 0.5)), "dt_limit"),
+])
+def test_config_rejects(kw, match):
+  with pytest.raises(ValueError, match=match):
+    small_cfg(**kw)
