@@ -11,7 +11,8 @@ from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, Mamba2Config, TileConfig, p
 from m2v_jax.ops import (committed_state, convert_state, invalid_sequences, prefill, verify,
                          verify_checked)
 from m2v_jax.params import LayerParams, random_params
-from m2v_jax.state import (CompactState, SnapshotState, init_state, reset_state,
+from m2v_jax import sharding
+from m2v_jax.state import (CompactState, SnapshotState, init_state, reset_entries, reset_state,
                            state_from_committed, state_nbytes, state_shapes)
 
 __version__ = "0.1.0"

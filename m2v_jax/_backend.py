@@ -72,11 +72,15 @@ def isolate(x, interpret: bool):
 DOT_PRECISION = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
 
-def dot(a, b, *, trans_b: bool = False):
-  """float32 a @ b (or a @ b.T) inside a kernel, with the library's explicit precision."""
-  dims = (((a.ndim - 1,), (b.ndim - 1 if trans_b else 0,)), ((), ()))
-  return lax.dot_general(a, b, dims, precision=DOT_PRECISION,
-                         preferred_element_type=jnp.float32)
+def dot(a, b, *, trans_a: bool = False, trans_b: bool = False, interpret: bool = False):
+  """float32 op(a) @ op(b) of 2-D tiles inside a kernel, with the library's explicit precision.
+
+  Interpret mode runs the dot on XLA:CPU, which has no 3-pass TF32 algorithm; it uses
+  float32 (HIGHEST) there, which is at least as accurate.
+  """
+  dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+  precision = lax.Precision.HIGHEST if interpret else DOT_PRECISION
+  return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
 
 
 def abstract_h200_mesh():

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
+from jax import lax
 
 from m2v_jax import config as config_lib
 from m2v_jax import ops
@@ -45,11 +46,12 @@ MiB = 1 << 20
 # ----------------------------------------------------------------------------------------------
 
 
-def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> dict:
+def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 10, per_sync: int = 5) -> dict:
   """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written.
 
-  Two copies are timed: XLA's `copy` (a D2D memcpy) and an elementwise kernel (x + 1); the
-  faster one is the ceiling, so floors are never flattered.
+  Two copies are timed, `per_sync` back to back between synchronizations: XLA's `copy` and
+  an elementwise kernel (x + 1). The faster one is the ceiling, so floors are never
+  flattered.
   """
   x = jnp.ones((nbytes // 4,), jnp.float32)
   kernels = {"memcpy": jax.jit(lambda a: jnp.copy(a)), "elementwise": jax.jit(lambda a: a + 1.0)}
@@ -59,11 +61,21 @@ def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> dict:
     times = []
     for _ in range(reps):
       t0 = time.perf_counter()
-      fn(x).block_until_ready()
-      times.append(time.perf_counter() - t0)
+      ys = [fn(x) for _ in range(per_sync)]
+      jax.block_until_ready(ys)
+      times.append((time.perf_counter() - t0) / per_sync)
+      del ys
     out[name] = 2 * nbytes / statistics.median(times)
   out["best"] = max(out.values())
   return out
+
+
+def ssd_flops(cfg: config_lib.Mamba2Config, B: int, R: int, chunk: int = 64) -> float:
+  """Matmul FLOPs of the chunked scan over R rows (C·Bᵀ, its product with x, C·stateᵀ, the
+  state update), per the SSD algorithm; the padded last chunk counts whole."""
+  L, P, N, H = chunk, cfg.headdim, cfg.dstate, cfg.nheads
+  nc = -(-R // L)
+  return float(B * H * nc * (2 * L * L * N + 2 * L * L * P + 4 * L * N * P))
 
 
 def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
@@ -215,7 +227,7 @@ def _inputs(cfg, B, R, dtype, seed=0):
   return xbc, dt
 
 
-def verify_fn(cfg, params, xbc, dt, state_row, backend, tiles=None):
+def verify_fn(cfg, params, xbc, dt, state_row, backend, tiles=None, chunked=False):
   """`state -> state` for one verify/prefill call (kernels or the jnp reference)."""
   B, R, _ = xbc.shape
   rows = jnp.broadcast_to(jnp.asarray(state_row, jnp.int32), (B,))
@@ -227,28 +239,69 @@ def verify_fn(cfg, params, xbc, dt, state_row, backend, tiles=None):
       call = (reference.snapshot_call if cfg.replay_mode == config_lib.SNAPSHOT
               else reference.compact_call)
       return call(cfg, params, state, xbc, dt, rows, None, ci, nr)[1]
+    if chunked:
+      return ops._call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg, backend=backend,
+                       chunked=True)[1]
     return ops._kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr, tiles)[1]
 
   return fn
 
 
+def dense_ssd_fn(cfg, params, xbc, dt, chunk=64, precision=None):
+  """`state -> state`: the jax.numpy chunked SSD scan (`reference.ssd_chunked`, XLA einsums
+  with 3-pass TF32 on a GPU, float32 elsewhere) from slot 0 / the base, writing its final
+  state back there."""
+  if precision is None:
+    precision = (lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if jax.default_backend() == "gpu"
+                 else lax.Precision.HIGHEST)
+
+  def fn(state):
+    snap = isinstance(state, state_lib.SnapshotState)
+    ssm0 = state.ssm[:, 0] if snap else state.ssm
+    conv0 = state.conv[:, 0] if snap else state.conv
+    _, fin, conv = reference.ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, chunk=chunk,
+                                         precision=precision)
+    if snap:
+      return state._replace(ssm=state.ssm.at[:, 0].set(fin),
+                            conv=state.conv.at[:, 0].set(conv.astype(state.conv.dtype)))
+    return state._replace(ssm=fin, conv=conv.astype(state.conv.dtype))
+
+  return fn
+
+
 def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
-                tiles=None, name=None, params=None):
-  """A Case for a steady-state verify call: compact states are warmed so that `capacity` rows
-  are pending and `state_row` replays state_row + 1 of them."""
+                tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=32,
+                pending=True):
+  """A Case for a steady-state call. Compact states are warmed so that `capacity` rows are
+  pending and `state_row` replays state_row + 1 of them (`pending=False` clears the window
+  before every call instead)."""
   params = params or params_lib.random_params(cfg)
   backend = backend or _backend_name
   xbc, dt = _inputs(cfg, B, R, dtype)
-  fn = verify_fn(cfg, params, xbc, dt, state_row, backend, tiles)
+  if dense:
+    fn = dense_ssd_fn(cfg, params, xbc, dt)
+    try:
+      jax.jit(fn).lower(state_lib.state_shapes(cfg, B, dtype)).compile()
+    except Exception as err:  # an XLA without the 3-pass TF32 algorithm: plain float32
+      print(f"dense SSD baseline: {type(err).__name__}: {err}; using Precision.HIGHEST")
+      fn = dense_ssd_fn(cfg, params, xbc, dt, precision=lax.Precision.HIGHEST)
+  else:
+    fn = verify_fn(cfg, params, xbc, dt, state_row, backend, tiles, chunked)
   warm = None
   if cfg.replay_mode == config_lib.COMPACT:
     wx, wd = _inputs(cfg, B, cfg.capacity, dtype, seed=1)
     warm = jax.jit(verify_fn(cfg, params, wx, wd, 0, config_lib.REFERENCE), donate_argnums=0)
+    if not pending:
+      inner = fn
+      fn = lambda s: inner(s._replace(pending=jnp.zeros_like(s.pending)))
   rows = np.unique(np.asarray(state_row))
   row_txt = str(rows[0]) if len(rows) == 1 else "mixed"
-  name = name or f"{cfg.replay_mode} B={B} R={R} row={row_txt} {backend}"
+  kind = "dense-ssd" if dense else ("chunked" if chunked else backend)
+  name = name or f"{cfg.replay_mode} B={B} R={R} row={row_txt} {kind}"
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
-                   nbytes=call_bytes(cfg, B, R, state_row, dtype), warm_fn=warm), (params, xbc, dt)
+                   nbytes=call_bytes(cfg, B, R, state_row, dtype), warm_fn=warm,
+                   min_calls=min_calls,
+                   flops=ssd_flops(cfg, B, R) if (chunked or dense) else None), (params, xbc, dt)
 
 
 def _fmt_us(s):
@@ -267,7 +320,7 @@ _backend_name = config_lib.PALLAS
 
 
 def suite_main(bw, banks, blocks, dtype):
-  """Bolt geometry, B=1: snapshot vs compact at R=8 (rows 0/3/7) and R=1, jnp reference."""
+  """B=1: snapshot vs compact at R=8 (state_row 0/3/7) and R=1; the jnp reference at R=8."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
@@ -275,17 +328,15 @@ def suite_main(bw, banks, blocks, dtype):
   for R, srow in [(8, 0), (8, 3), (8, 7), (1, 0)]:
     a, _ = verify_case(snap, 1, R, srow, banks, dtype, params=params)
     b, _ = verify_case(comp, 1, R, srow, banks, dtype, params=params)
-    t = time_cases([a, b], blocks)
-    ratio = ratio_ci(t[a.name], t[b.name])
-    for c in (a, b):
-      rows_out.append(_row(c, t[c.name], bw, ratio if c is b else None))
-  for mode_cfg in (snap, comp):
-    r, _ = verify_case(mode_cfg, 1, 8, 3, banks, dtype, backend=config_lib.REFERENCE,
-                       params=params)
-    k, _ = verify_case(mode_cfg, 1, 8, 3, banks, dtype, params=params)
-    t = time_cases([k, r], blocks)
-    rows_out.append(_row(k, t[k.name], bw))
-    rows_out.append(_row(r, t[r.name], bw, ratio_ci(t[r.name], t[k.name])))
+    cases = [a, b]
+    if (R, srow) == (8, 3):
+      cases += [verify_case(c, 1, R, srow, banks, dtype, params=params,
+                            backend=config_lib.REFERENCE)[0] for c in (snap, comp)]
+    t = time_cases(cases, blocks)
+    rows_out.append(_row(a, t[a.name], bw))
+    rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+    for ref, kern in zip(cases[2:], (a, b)):
+      rows_out.append(_row(ref, t[ref.name], bw, ratio_ci(t[ref.name], t[kern.name])))
   return rows_out
 
 
@@ -296,6 +347,8 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   for B in batches:
+    if B == 1:
+      continue          # in the main suite
     nb = max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
     srow = np.arange(B) % 8   # mixed acceptance: every state_row in turn
     cases = []
@@ -306,43 +359,35 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
     ratio = ratio_ci(t[cases[0].name], t[cases[1].name])
     for c in cases:
       rows_out.append(_row(c, t[c.name], bw, ratio if c is cases[1] else None))
+    del cases
   return rows_out
 
 
-def suite_sweep(bw, banks, blocks, dtype):
-  """Tile sweep at Bolt geometry, B=1 and B=32, R=8: (block_p, num_warps, unroll)."""
+def suite_sweep(bw, banks, blocks, dtype, batches=(32,)):
+  """Tile sweep at R=8, state_row 7: (block_p, num_warps) of the SSM kernel and, last, the
+  fori_loop (not unrolled) variant of the default."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
-  for B in (1, 32):
+  default = config_lib.tile_config(snap)
+  variants = [default] + [dataclasses.replace(default, block_p=bp, num_warps=w)
+                          for bp, w in ((32, 4), (8, 4), (16, 8), (16, 2))
+                          if (bp, w) != (default.block_p, default.num_warps)]
+  variants.append(dataclasses.replace(default, unroll=False))
+  for B in batches:
     nb = banks if B == 1 else 3
     for cfg in (snap, comp):
       cases = []
-      for bp in (8, 16, 32, 64):
-        for w in (2, 4, 8):
-          for unroll in (True, False):
-            if not unroll and (bp, w) != (16, 4):
-              continue
-            tiles = config_lib.TileConfig(block_p=bp, num_warps=w, unroll=unroll)
-            c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
-                               name=f"{cfg.replay_mode} B={B} bp={bp} w={w} unroll={unroll}")
-            cases.append(c)
+      for tiles in variants:
+        c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
+                           name=f"{cfg.replay_mode} B={B} block_p={tiles.block_p} "
+                                f"warps={tiles.num_warps} unroll={tiles.unroll}")
+        cases.append(c)
       t = time_cases(cases, max(5, blocks // 3))
       for c in cases:
-        rows_out.append(_row(c, t[c.name], bw))
-  # prep tiles (block_c, prep_warps) at B=1
-  for cfg in (snap, comp):
-    cases = []
-    for bc in (256, 512, 1024):
-      for pw in (2, 4, 8):
-        tiles = config_lib.TileConfig(block_p=16, num_warps=4, block_c=bc, prep_warps=pw)
-        c, _ = verify_case(cfg, 1, 8, 7, banks, dtype, tiles=tiles, params=params,
-                           name=f"{cfg.replay_mode} B=1 block_c={bc} prep_warps={pw}")
-        cases.append(c)
-    t = time_cases(cases, max(5, blocks // 3))
-    for c in cases:
-      rows_out.append(_row(c, t[c.name], bw))
+        rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
+                             if c is not cases[0] else None))
   return rows_out
 
 
@@ -358,18 +403,29 @@ def suite_breakdown(dtype):
 
 
 def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
-  """Prefill chunks in both modes: serial kernel vs the jnp reference (B=1)."""
+  """Prefill chunks (B=1, snapshot mode): serial kernel, chunked kernel, jnp reference scan,
+  dense jnp SSD; then compact chunked prefill with and without a pending window."""
   rows_out = []
   snap = _geom
+  comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   for R in lengths:
-    for cfg in (snap, snap.replace(replay_mode=config_lib.COMPACT)):
-      k, _ = verify_case(cfg, 1, R, 0, min(banks, 4), dtype, params=params)
-      r, _ = verify_case(cfg, 1, R, 0, min(banks, 4), dtype, backend=config_lib.REFERENCE,
-                         params=params)
-      t = time_cases([k, r], max(3, blocks // 3), target_s=0.05)
-      rows_out.append(_row(k, t[k.name], bw))
-      rows_out.append(_row(r, t[r.name], bw, ratio_ci(t[r.name], t[k.name])))
+    calls = 8 if R < 256 else 1
+    mk = lambda **kw: verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=calls, **kw)[0]
+    cases = [mk(), mk(chunked=True), mk(backend=config_lib.REFERENCE), mk(dense=True)]
+    t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
+    for c in cases:
+      rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[cases[0].name], t[c.name])
+                           if c is not cases[0] else None))
+  R = max(lengths)
+  mk = lambda row, **kw: verify_case(comp, 1, R, row, 2, dtype, params=params, min_calls=1,
+                                     chunked=True, **kw)[0]
+  W = comp.capacity
+  cases = [mk(W - 1, name=f"compact B=1 R={R} chunked, {W} rows pending (pre-pass folds {W})"),
+           mk(0, pending=False, name=f"compact B=1 R={R} chunked, nothing pending")]
+  t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
+  rows_out.append(_row(cases[0], t[cases[0].name], bw))
+  rows_out.append(_row(cases[1], t[cases[1].name], bw, ratio_ci(t[cases[0].name], t[cases[1].name])))
   return rows_out
 
 
@@ -380,20 +436,22 @@ def _row(case: Case, times, bw, ratio=None):
               floor_us=floor * 1e6 if floor else None,
               x_floor=med / floor if floor else None,
               gbps=case.nbytes / med / 1e9 if case.nbytes else None,
+              tflops=case.flops / med / 1e12 if case.flops else None,
               ratio=ratio)
 
 
 def format_rows(rows) -> str:
-  lines = ["| case | median µs | min µs | floor µs | x floor | GB/s | ratio (95% CI) |",
-           "|---|---|---|---|---|---|---|"]
+  lines = ["| case | median µs | min µs | floor µs | x floor | GB/s | TFLOP/s | ratio (95% CI) |",
+           "|---|---|---|---|---|---|---|---|"]
   for r in rows:
     ratio = (f"{r['ratio'][0]:.2f} ({r['ratio'][1]:.2f}-{r['ratio'][2]:.2f})"
              if r.get("ratio") else "")
     floor = f"{r['floor_us']:.2f}" if r["floor_us"] else ""
     xf = f"{r['x_floor']:.2f}" if r["x_floor"] else ""
     gb = f"{r['gbps']:.0f}" if r["gbps"] else ""
+    tf = f"{r['tflops']:.1f}" if r.get("tflops") else ""
     lines.append(f"| {r['name']} | {r['median_us']:.2f} | {r['min_us']:.2f} | {floor} | {xf} "
-                 f"| {gb} | {ratio} |")
+                 f"| {gb} | {tf} | {ratio} |")
   return "\n".join(lines)
 
 

@@ -185,7 +185,7 @@ class TileConfig:
   block_p: int
   num_warps: int
   num_stages: int = 1
-  block_c: int = 512
+  block_c: int = 128
   prep_warps: int = 4
   unroll: bool = True
 
@@ -212,5 +212,4 @@ def tile_config(cfg: Mamba2Config) -> TileConfig:
   else:
     block_p = pow2_divisor(cfg.headdim, 16)
     warps = 4 if block_p * cfg.dstate >= 1024 else 1
-  return TileConfig(block_p=block_p, num_warps=warps,
-                    block_c=pow2_divisor(cfg.conv_dim, 512))
+  return TileConfig(block_p=block_p, num_warps=warps)

@@ -26,6 +26,7 @@ from jax.experimental import checkify
 
 from m2v_jax import config as config_lib
 from m2v_jax import params as params_lib
+from m2v_jax import prefill_kernels
 from m2v_jax import reference
 from m2v_jax import state as state_lib
 from m2v_jax import verify_kernels
@@ -192,18 +193,8 @@ def _kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   """One serial kernel call (any R) in either mode; `tiles` overrides the tile table."""
   B, R, _ = xbc.shape
   plan = _plan(cfg, backend, state, xbc, R, z, tiles)
-  y, new = verify_kernels.run(plan, params, state, xbc, dt, state_row, z, cache_indices,
-                              num_rows)
-  if isinstance(state, SnapshotState):
-    return y, SnapshotState(ssm=new["ssm"], conv=new["conv"])
-  E = state.ssm.shape[0]
-  safe = jnp.where((cache_indices >= 0) & (cache_indices < E), cache_indices, 0)
-  valid, _, _ = verify_kernels.sequence_status(True, cfg.capacity, E, R, cache_indices,
-                                               state_row, num_rows, state.pending[safe])
-  pending = state.pending.at[jnp.where(valid, cache_indices, E)].set(
-      num_rows - plan.commit, mode="drop")
-  return y, CompactState(ssm=new["ssm"], conv=new["conv"], win_xbc=new["win_xbc"],
-                         win_dt=new["win_dt"], pending=pending)
+  return verify_kernels.run(plan, params, state, xbc, dt, state_row, z, cache_indices,
+                            num_rows)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked"), donate_argnums=(1,))
@@ -214,6 +205,9 @@ def _call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg,
   if backend == config_lib.REFERENCE:
     fn = reference.snapshot_call if isinstance(state, SnapshotState) else reference.compact_call
     return fn(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
+  if chunked:
+    return prefill_kernels.chunked_call(cfg, backend, params, state, xbc, dt, state_row, z,
+                                        cache_indices, _kernel_call, fold_kernel)
   return _kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
                       num_rows)
 
@@ -270,7 +264,7 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   call picks its `state_row` among the last min(R, capacity) rows in both modes.
 
   Rows 0..R-capacity-1 run through the chunked SSD kernel when `chunked` (default: when
-  R - capacity >= 64 on the pallas backends); the last capacity rows always run through the
+  R - capacity >= 64 on the kernel backends); the last capacity rows always run through the
   serial kernel, in both modes alike, so the modes stay bitwise identical across a prefill.
 
   Args, returns and errors: as `verify` (no `num_rows`), plus `chunked`.
@@ -280,7 +274,9 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
       cfg, params, state, xbc, dt, state_row, z, cache_indices, None, verify=False)
   _check_backend(cfg, backend)
   R = xbc.shape[1]
-  chunked = False
+  if chunked is None:
+    chunked = R - cfg.capacity >= prefill_kernels.MIN_ROWS
+  chunked = bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
   return _call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z, cache_indices,
                None, cfg=cfg, backend=backend, chunked=chunked)
 
@@ -307,15 +303,8 @@ def fold_kernel(cfg, backend, params, state: CompactState, state_row, cache_indi
       conv_dtype=jnp.dtype(state.conv.dtype), tiles=config_lib.tile_config(cfg),
       interpret=backend == config_lib.INTERPRET)
   zeros = jnp.zeros((B,), jnp.int32)
-  _, new = verify_kernels.run(plan, params, state, None, None, state_row, None, cache_indices,
-                              zeros)
-  E = state.ssm.shape[0]
-  safe = jnp.where((cache_indices >= 0) & (cache_indices < E), cache_indices, 0)
-  valid, _, _ = verify_kernels.sequence_status(True, cfg.capacity, E, 0, cache_indices,
-                                               state_row, zeros, state.pending[safe])
-  pending = state.pending.at[jnp.where(valid, cache_indices, E)].set(0, mode="drop")
-  return CompactState(ssm=new["ssm"], conv=new["conv"], win_xbc=new["win_xbc"],
-                      win_dt=new["win_dt"], pending=pending)
+  return verify_kernels.run(plan, params, state, None, None, state_row, None, cache_indices,
+                            zeros)[1]
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend"))
@@ -409,7 +398,7 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   """`verify` plus a `checkify.Error` that names the first sequence the call rejected.
 
   Returns:
-    (y, new_state, err). `err.throw()` raises `JaxRuntimeError` with a message like
+    (y, new_state, err). `err.throw()` raises `checkify.FailedCheckError` with a message like
     "state_row rejected for sequence 2: state_row=9 ..." if any sequence was invalid (the
     results are still those of `verify`: that sequence untouched, its y NaN). `err.get()`
     returns the message or None without raising. Checking costs a device-to-host read when

@@ -147,3 +147,30 @@ def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bflo
 def state_nbytes(state: State) -> int:
   """Bytes held by a state pool."""
   return int(sum(np.prod(leaf.shape) * jnp.dtype(leaf.dtype).itemsize for leaf in state))
+
+
+def reset_entries(state: State, entries, ssm=None, conv=None) -> State:
+  """Starts new requests in pool entries: nothing of the previous request survives.
+
+  Each entry is rewritten whole: snapshot slot 0 (compact: the base) holds the given
+  committed state, or zeros; every other slot, the window and the pending count are zeroed.
+  The next call on these entries uses `state_row = 0`. Jit it with the state donated to
+  update the pool in place.
+
+  Args:
+    state: either mode's pool [E, ...].
+    entries: [n] int32 pool entries to reset.
+    ssm: optional [n, H, P, N] float32 committed states (prefix-cache restore).
+    conv: optional [n, C, K-1] committed conv states.
+  """
+  entries = jnp.asarray(entries, jnp.int32)
+  n = entries.shape[0]
+  out = []
+  for name, leaf in zip(type(state)._fields, state):
+    fresh = jnp.zeros((n,) + leaf.shape[1:], leaf.dtype)
+    given = {"ssm": ssm, "conv": conv}.get(name)
+    if given is not None:
+      given = jnp.asarray(given, leaf.dtype)
+      fresh = fresh.at[:, 0].set(given) if isinstance(state, SnapshotState) else given
+    out.append(leaf.at[entries].set(fresh))
+  return type(state)(*out)

@@ -7,13 +7,19 @@ A call runs two kernels on the Triton lowering:
    runs the new rows through the causal conv, writes the conv snapshots (snapshot mode) or
    the new base conv state and window rows (compact mode) in place, and writes the post-conv
    activations of every row it ran to a float32 scratch `xr [B, RT, C]`. The extra program
-   per sequence processes dt (bias, softplus, clamp, decay) into `dtr`, `dAr [B, RT, H]` and
-   updates the window's dt rows. Ownership is disjoint, and each program reads what it owns
-   before writing it, so the in-place updates have no races.
+   per sequence processes dt (bias, softplus, clamp, decay) into `dtr`, `dAr [B, RT, H]`,
+   updates the window's dt rows, and writes the sequence's status to `info [B]` (the number
+   of rows to replay, or -1 if the call rejects the sequence). Ownership is disjoint, and
+   each program reads what it owns before writing it, so the in-place updates have no races.
 2. `ssm` (grid: P / block_p, batch, heads). Each program owns a [block_p, N] float32 tile of
    one head's state, kept in registers: it loads it once, replays the pending rows (compact),
    runs the new rows (state update and y readout), and stores the tile as the snapshot of
-   every row (snapshot mode) or once as the new base (compact mode).
+   every row (snapshot mode) or once as the new base (compact mode). It reads the status from
+   `info`, so it can also update the compact `pending` counts in place (prep reads them).
+
+Verify-sized calls unroll their row loops and issue the loads of every row before the first
+store (`_prefetch`): the compiler cannot move a load above a store to memory that might
+alias, so a load-compute-store loop pays one memory latency per row.
 
 Rows are indexed in the scratch as `RT = R` (snapshot) or `RT = W + R` (compact: replayed
 window rows at 0..W-1, new rows at W..W+R-1).
@@ -115,19 +121,24 @@ class Plan:
 MAX_UNROLL = 16
 
 
-def _rows(start, stop, bound, body, carry, unroll):
-  """Runs `body(i, carry, active)` over rows i in [start, stop) that are below `bound`.
+def _prefetch(start, stop, load, unroll):
+  """The inputs of rows [start, stop), loaded now (unrolled), or None (loaded in the loop)."""
+  return [load(i) for i in range(start, stop)] if unroll else None
 
-  Unrolled: every row of [start, stop) is emitted with `active = i < bound` (a traced bool),
-  so the loads of all rows are independent of the carry and issue up front; the body selects
-  its carry with `_sel` and guards its side effects with `_when`. Otherwise a `fori_loop`
-  over [start, bound) with `active = None` (always active).
+
+def _rows(start, stop, bound, load, body, carry, pre):
+  """Runs `body(i, inputs, carry, active)` over rows i in [start, stop) below `bound`.
+
+  With `pre` (the `_prefetch`ed inputs) every row of [start, stop) is emitted, unrolled, with
+  `active = i < bound` (traced): the body selects its carry with `_sel` and guards its side
+  effects with `_when`. Without, a `fori_loop` over [start, bound) that loads each row's
+  inputs in the loop, with `active = None` (always active).
   """
-  if unroll:
-    for i in range(start, stop):
-      carry = body(i, carry, i < bound)
+  if pre is not None:
+    for i, inputs in zip(range(start, stop), pre):
+      carry = body(i, inputs, carry, i < bound)
     return carry
-  return lax.fori_loop(start, bound, lambda i, c: body(i, c, None), carry)
+  return lax.fori_loop(start, bound, lambda i, c: body(i, load(i), c, None), carry)
 
 
 def _when(active, fn):
@@ -202,13 +213,15 @@ def _prep_kernel(*refs, plan: Plan):
   w_ref, cb_ref, dtb_ref, alog_ref = refs[:4]
   del refs[:4]
   if plan.compact:
-    conv_in, wx_in, wdt_in, conv_out, wx_out, wdt_out, xr_ref, dtr_ref, dar_ref = refs
+    conv_in, wx_in, wdt_in, conv_out, wx_out, wdt_out, xr_ref, dtr_ref, dar_ref, info_ref = refs
   else:
-    conv_in, conv_out, xr_ref, dtr_ref, dar_ref = refs
+    conv_in, conv_out, xr_ref, dtr_ref, dar_ref, info_ref = refs
 
   pid, b = pl.program_id(0), pl.program_id(1)
   e, row, n, valid, _, n_rep = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref)
   off, commit, first_kept = plan.new_off, plan.commit, plan.first_kept
+  pre_rep = plan.compact and plan.unroll_replay
+  pre_new = plan.R and plan.unroll_new
 
   def store_conv_base(cs, win):
     for j in range(K1):
@@ -219,25 +232,29 @@ def _prep_kernel(*refs, plan: Plan):
     cs = pl.ds(pid * BC, BC)
     taps = [w_ref[cs, k] for k in range(K1 + 1)]
     bias = cb_ref[cs]
+    load_rep = lambda j: wx_in[e, j, cs]
+    load_new = lambda i: xbc_ref[b, i, cs]
     if plan.compact:
       win = tuple(conv_in[e, cs, j].astype(f32) for j in range(K1))
+    else:
+      win = tuple(conv_in[e, row, cs, j].astype(f32) for j in range(K1))
+    rep_in = _prefetch(0, plan.cap, load_rep, pre_rep)
+    new_in = _prefetch(0, plan.R, load_new, pre_new)
 
-      def replay(j, win, active):
-        v = wx_in[e, j, cs].astype(f32)
+    if plan.compact:
+      def replay(j, raw, win, active):
+        v = raw.astype(f32)
         xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias)
         return _sel(active, win[1:] + (v,), win)
 
-      win = _rows(0, plan.cap, n_rep, replay, win, plan.unroll_replay)
+      win = _rows(0, plan.cap, n_rep, load_rep, replay, win, rep_in)
       if commit == 0:
         pl.when(n_rep > 0)(lambda: store_conv_base(cs, win))
       _backend.barrier(plan.interpret)
-    else:
-      win = tuple(conv_in[e, row, cs, j].astype(f32) for j in range(K1))
     if not plan.R:
       return
 
-    def new_row(i, win, active):
-      raw = xbc_ref[b, i, cs]
+    def new_row(i, raw, win, active):
       v = raw.astype(f32)
       xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias)
       new_win = win[1:] + (v,)
@@ -259,41 +276,48 @@ def _prep_kernel(*refs, plan: Plan):
           _when(active, store_snapshot)
       return _sel(active, new_win, win)
 
-    _rows(0, plan.R, n, new_row, win, plan.unroll_new)
+    _rows(0, plan.R, n, load_new, new_row, win, new_in)
 
-  @pl.when(valid & (pid == n_cblocks))
+  @pl.when(pid == n_cblocks)
   def _dt():
-    for hb in range(H // BH):
-      hs = pl.ds(hb * BH, BH)
-      bias, a_log = dtb_ref[hs], alog_ref[hs]
+    info_ref[b] = jnp.where(valid, n_rep, -1)
 
-      def put(r, raw):
-        dtp = rowmath.process_dt(raw, bias, cfg.dt_limit)
-        dtr_ref[b, r, hs] = dtp
-        dar_ref[b, r, hs] = rowmath.decay(dtp, a_log)
+    @pl.when(valid)
+    def _():
+      for hb in range(H // BH):
+        hs = pl.ds(hb * BH, BH)
+        bias, a_log = dtb_ref[hs], alog_ref[hs]
+        load_rep = lambda j: wdt_in[e, j, hs]
+        load_new = lambda i: dt_ref[b, i, hs].astype(f32)
+        rep_in = _prefetch(0, plan.cap, load_rep, pre_rep)
+        new_in = _prefetch(0, plan.R, load_new, pre_new)
 
-      if plan.compact:
-        def replay(j, c, active):
-          put(j, wdt_in[e, j, hs])
-          return c
-        _rows(0, plan.cap, n_rep, replay, 0, plan.unroll_replay)
-        _backend.barrier(plan.interpret)
-      if not plan.R:
-        continue
+        def put(r, raw):
+          dtp = rowmath.process_dt(raw, bias, cfg.dt_limit)
+          dtr_ref[b, r, hs] = dtp
+          dar_ref[b, r, hs] = rowmath.decay(dtp, a_log)
 
-      def new_row(i, c, active):
-        raw = dt_ref[b, i, hs].astype(f32)
-        put(off + i, raw)
         if plan.compact:
-          def store_window():
-            wdt_out[e, i - commit, hs] = raw
-          if commit:
-            pl.when(i >= commit)(store_window)
-          else:
-            _when(active, store_window)
-        return c
+          def replay(j, raw, c, active):
+            put(j, raw)
+            return c
+          _rows(0, plan.cap, n_rep, load_rep, replay, 0, rep_in)
+          _backend.barrier(plan.interpret)
+        if not plan.R:
+          continue
 
-      _rows(0, plan.R, n, new_row, 0, plan.unroll_new)
+        def new_row(i, raw, c, active):
+          put(off + i, raw)
+          if plan.compact:
+            def store_window():
+              wdt_out[e, i - commit, hs] = raw
+            if commit:
+              pl.when(i >= commit)(store_window)
+            else:
+              _when(active, store_window)
+          return c
+
+        _rows(0, plan.R, n, load_new, new_row, 0, new_in)
 
 
 def prep_call(plan: Plan):
@@ -306,7 +330,8 @@ def prep_call(plan: Plan):
   state_shapes = _prep_state_shapes(plan)
   scratch = [jax.ShapeDtypeStruct((plan.B, plan.RT, C), f32),
              jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32),
-             jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32)]
+             jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32),
+             jax.ShapeDtypeStruct((plan.B,), jnp.int32)]
   return _backend.pallas_call(
       lambda *refs: _prep_kernel(*refs, plan=plan),
       grid=(n_cblocks + 1, plan.B),
@@ -337,17 +362,23 @@ def _ssm_kernel(*refs, plan: Plan):
   HP, GN = cfg.d_inner, G * N
   BP = plan.block_p
   refs = list(refs)
-  idx_ref, row_ref, n_ref = refs[:3]
-  del refs[:3]
-  pend_ref = refs.pop(0) if plan.compact else None
-  xr_ref, dtr_ref, dar_ref = refs[:3]
-  del refs[:3]
+  idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref = refs[:7]
+  del refs[:7]
   z_ref = refs.pop(0) if plan.has_z else None
-  d_ref, ssm_in, ssm_out = refs[:3]
-  y_ref = refs[3] if plan.R else None
+  d_ref, ssm_in = refs[:2]
+  del refs[:2]
+  pend_in = refs.pop(0) if plan.compact else None
+  ssm_out = refs.pop(0)
+  pend_out = refs.pop(0) if plan.compact else None
+  y_ref = refs.pop(0) if plan.R else None
+  del pend_in
 
   pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  e, row, n, valid, pad, n_rep = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref)
+  entry = idx_ref[b]
+  e = jnp.where((entry >= 0) & (entry < plan.E), entry, 0)
+  info = info_ref[b]                         # rows to replay, or -1: rejected (from prep)
+  valid, pad, n_rep = info >= 0, entry == -1, jnp.maximum(info, 0)
+  n = jnp.clip(n_ref[b], 0, plan.R)
   g = h // cfg.heads_per_group
   ps = pl.ds(pid_p * BP, BP)
   xcols = pl.ds(h * P + pid_p * BP, BP)
@@ -355,9 +386,16 @@ def _ssm_kernel(*refs, plan: Plan):
   ccols = pl.ds(HP + GN + g * N, N)
   off, commit, first_kept = plan.new_off, plan.commit, plan.first_kept
 
-  def update(r, st):
-    x = xr_ref[b, r, xcols]
-    return rowmath.state_update(st, dar_ref[b, r, h], dtr_ref[b, r, h] * x, xr_ref[b, r, bcols]), x
+  def load_rep(r):
+    return xr_ref[b, r, xcols], xr_ref[b, r, bcols], dtr_ref[b, r, h], dar_ref[b, r, h]
+
+  def load_new(i):
+    r = off + i
+    zv = z_ref[b, i, xcols] if plan.has_z else None
+    return load_rep(r) + (xr_ref[b, r, ccols], zv)
+
+  def update(st, x, bv, dtp, da):
+    return rowmath.state_update(st, da, dtp * x, bv)
 
   def store_base(st):
     ssm_out[e, h, ps, :] = st
@@ -366,21 +404,28 @@ def _ssm_kernel(*refs, plan: Plan):
   def _run():
     if plan.compact:
       st = ssm_in[e, h, ps, :]
-      st = _rows(0, plan.cap, n_rep, lambda j, st, active: _sel(active, update(j, st)[0], st),
-                 st, plan.unroll_replay)
+    else:
+      st = ssm_in[e, row_ref[b], h, ps, :]
+    rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay)
+    new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new)
+    if plan.compact:
+      st = _rows(0, plan.cap, n_rep, load_rep,
+                 lambda j, a, st, active: _sel(active, update(st, *a), st), st, rep_in)
       if commit == 0:
         pl.when(n_rep > 0)(lambda: store_base(st))
-    else:
-      st = ssm_in[e, row, h, ps, :]
+
+      @pl.when((pid_p == 0) & (h == 0))
+      def _():
+        pend_out[e] = n - commit
     if not plan.R:
       return
 
-    def new_row(i, st, active):
-      new_st, x = update(off + i, st)
-      y = rowmath.readout(_backend.isolate(new_st, plan.interpret), xr_ref[b, off + i, ccols],
-                          d_ref[h], x)
+    def new_row(i, inputs, st, active):
+      x, bv, dtp, da, cv, zv = inputs
+      new_st = update(st, x, bv, dtp, da)
+      y = rowmath.readout(_backend.isolate(new_st, plan.interpret), cv, d_ref[h], x)
       if plan.has_z:
-        y = rowmath.gate(y, z_ref[b, i, xcols].astype(f32))
+        y = rowmath.gate(y, zv.astype(f32))
       y_ref[b, i, xcols] = _sel(active, y, jnp.zeros_like(y)).astype(y_ref.dtype)
       if plan.compact:
         if commit:
@@ -394,9 +439,9 @@ def _ssm_kernel(*refs, plan: Plan):
           _when(active, store_snapshot)
       return _sel(active, new_st, st)
 
-    _rows(0, plan.R, n, new_row, st, plan.unroll_new)
+    _rows(0, plan.R, n, load_new, new_row, st, new_in)
 
-    if not plan.unroll_new:
+    if new_in is None:
       def zero_row(i, c):
         y_ref[b, i, xcols] = jnp.zeros((BP,), y_ref.dtype)
         return c
@@ -421,38 +466,37 @@ def ssm_call(plan: Plan):
   cfg = plan.cfg
   H, P, N, E, cap = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, plan.cap
   sds = jax.ShapeDtypeStruct
-  ssm_shape = sds((E, H, P, N), f32) if plan.compact else sds((E, cap, H, P, N), f32)
-  n_in = (4 if plan.compact else 3) + 3 + (1 if plan.has_z else 0) + 1
-  outs = [ssm_shape]
+  outs = [sds((E, H, P, N), f32) if plan.compact else sds((E, cap, H, P, N), f32)]
+  n_in = 7 + (1 if plan.has_z else 0) + 1
+  aliases = {n_in: 0}
+  if plan.compact:
+    outs.append(sds((E,), jnp.int32))
+    aliases[n_in + 1] = 1
   if plan.R:
     outs.append(sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype))
   return _backend.pallas_call(
       lambda *refs: _ssm_kernel(*refs, plan=plan),
       grid=(P // plan.block_p, plan.B, H),
       out_shape=tuple(outs),
-      input_output_aliases={n_in: 0},
+      input_output_aliases=aliases,
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
       name=f"m2v_ssm_{plan.cfg.replay_mode}_r{plan.R}")
 
 
 def run(plan: Plan, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
-  """Runs prep + ssm for one call. Returns (y or None, new state leaves (ssm, conv, win_xbc,
-  win_dt) as a dict). The compact `pending` update is left to the caller.
-  """
+  """Runs prep + ssm for one call. Returns (y, or None for a fold; the new state pytree)."""
   scal = [cache_indices, state_row, num_rows]
-  if plan.compact:
-    scal.append(state.pending)
   inputs = [xbc, dt] if plan.R else []
   wts = [params.conv_weight, params.conv_bias, params.dt_bias, params.A_log]
-  if plan.compact:
-    conv, wx, wdt, xr, dtr, dar = prep_call(plan)(*scal, *inputs, *wts, state.conv,
-                                                   state.win_xbc, state.win_dt)
-    new = dict(conv=conv, win_xbc=wx, win_dt=wdt)
-  else:
-    conv, xr, dtr, dar = prep_call(plan)(*scal, *inputs, *wts, state.conv)
-    new = dict(conv=conv)
   zin = [z] if plan.has_z else []
-  outs = ssm_call(plan)(*scal, xr, dtr, dar, *zin, params.D, state.ssm)
-  new["ssm"] = outs[0]
-  return (outs[1] if plan.R else None), new
+  if plan.compact:
+    conv, wx, wdt, xr, dtr, dar, info = prep_call(plan)(*scal, state.pending, *inputs, *wts,
+                                                         state.conv, state.win_xbc, state.win_dt)
+    outs = ssm_call(plan)(*scal, info, xr, dtr, dar, *zin, params.D, state.ssm, state.pending)
+    new = type(state)(ssm=outs[0], conv=conv, win_xbc=wx, win_dt=wdt, pending=outs[1])
+  else:
+    conv, xr, dtr, dar, info = prep_call(plan)(*scal, *inputs, *wts, state.conv)
+    outs = ssm_call(plan)(*scal, info, xr, dtr, dar, *zin, params.D, state.ssm)
+    new = type(state)(ssm=outs[0], conv=conv)
+  return (outs[-1] if plan.R else None), new

@@ -3,14 +3,14 @@
 XLA:CPU contracts a*b+c into a fused multiply-add unless told otherwise; the library's
 rounding policy is "no FMA" (BUILD.md), so the CPU suite runs XLA with `--xla_cpu_max_isa=AVX`,
 which keeps every product and sum rounded on its own, as the GPU kernels do. This must be set
-before JAX initializes its CPU backend.
+before JAX initializes its CPU backend. Four host devices let the sharding tests run on CPU.
 """
 
 import os
 
-_flag = "--xla_cpu_max_isa=AVX"
-if _flag not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+for _flag in ("--xla_cpu_max_isa=AVX", "--xla_force_host_platform_device_count=4"):
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -37,7 +37,7 @@ def test_verify_plans_lower_to_triton(mode, R, z):
   assert text.count("__gpu$xla.gpu.triton") == 2
   # the state leaves are aliased to outputs (updated in place when donated)
   # prep aliases the conv state (and the window), ssm the SSM state
-  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 4)
+  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 5)
   assert "tf.aliasing_output" in text                  # and the jit donates them
 
 
@@ -55,3 +55,12 @@ def test_committed_state_fold_lowers():
   f = lambda p, s, r: ops._committed(p, s, r, None, cfg=cfg, backend="pallas")
   text = _backend.lower_for_cuda(f, m.random_params(cfg), state, sds((2,), jnp.int32))
   assert text.count("__gpu$xla.gpu.triton") == 2
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+@pytest.mark.parametrize("R,z", [(4096, False), (77, True)])
+def test_chunked_prefill_lowers(mode, R, z):
+  cfg = m.BOLT.replace(replay_mode=mode)
+  text = lower(cfg, 2, R, z, chunked=True)
+  # chunked scan + serial tail (prep, ssm) + compact pre-pass fold (prep, ssm)
+  assert text.count("__gpu$xla.gpu.triton") == (3 if mode == "snapshot" else 5)

@@ -1,0 +1,213 @@
+"""Chunked (SSD) prefill: a Pallas kernel for the bulk of a long chunk, then the serial tail.
+
+A prefill call of R > capacity rows is split the same way in both modes: rows 0..R-cap-1
+("the body") run through the chunked scan below, the last `cap` rows through the serial
+verify kernels (snapshot: their S snapshots; compact: they become the pending window). The
+split is the same in both modes and the body starts from bitwise the same state (snapshot:
+slot `state_row`; compact: the base after the pre-pass fold), so the modes stay bitwise
+identical across a prefill.
+
+The body:
+1. conv and dt processing for all body rows at once, in XLA (`reference.conv_prefill`,
+   `rowmath.process_dt`, the same per-element code as the kernels), padded to a multiple of
+   the chunk length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
+2. the chunked scan kernel, grid (P / block_p, H, B): each program keeps a [block_p, N]
+   state tile in registers and walks the chunks of its sequence in order. Per chunk of L
+   rows (Mamba-2 paper, §6, the SSD algorithm):
+     acum  = cumsum(dt * A)                                  log decay from the chunk start
+     y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x       intra-chunk
+           + exp(acum_t) · C stateᵀ + D x                            from the carried state
+     state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
+   The four matmuls run on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`,
+   about float32 accuracy); the final state is written over the starting slot or base;
+3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
+Then the serial kernels run the last `cap` rows from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from m2v_jax import _backend
+from m2v_jax import config as config_lib
+from m2v_jax import reference
+from m2v_jax import rowmath
+from m2v_jax import verify_kernels
+from m2v_jax.state import CompactState, SnapshotState
+
+f32 = jnp.float32
+
+MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
+CHUNK = 64           # rows per chunk (L)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkPlan:
+  """Static description of a chunked-scan launch.
+
+  Attributes:
+    cfg: geometry and mode.
+    Rp: body rows, padded to a multiple of `chunk`.
+    E, B: pool entries, sequences.
+    has_z: gate.
+    y_dtype: activation dtype.
+    chunk: rows per chunk (a power of two, >= 16).
+    block_p: P rows per program.
+    num_warps: warps per program.
+    interpret: Pallas interpret mode.
+  """
+
+  cfg: config_lib.Mamba2Config
+  Rp: int
+  E: int
+  B: int
+  has_z: bool
+  y_dtype: jnp.dtype
+  chunk: int = CHUNK
+  block_p: int = 64
+  num_warps: int = 4
+  interpret: bool = False
+
+
+def _chunk_kernel(*refs, plan: ChunkPlan):
+  cfg = plan.cfg
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN = cfg.d_inner, G * N
+  BP, L = plan.block_p, plan.chunk
+  compact = cfg.replay_mode == config_lib.COMPACT
+  refs = list(refs)
+  idx_ref, slot_ref, go_ref, xr_ref, dtr_ref = refs[:5]
+  del refs[:5]
+  z_ref = refs.pop(0) if plan.has_z else None
+  alog_ref, d_ref, ssm_in, ssm_out, y_ref = refs
+
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  e = jnp.maximum(idx_ref[b], 0)
+  g = h // cfg.heads_per_group
+  ps = pl.ds(pid_p * BP, BP)
+  xcols = pl.ds(h * P + pid_p * BP, BP)
+  bcols = pl.ds(HP + g * N, N)
+  ccols = pl.ds(HP + GN + g * N, N)
+  a_h = -jnp.exp(alog_ref[h])
+  d_h = d_ref[h]
+  t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
+  s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
+  causal = t_idx >= s_idx
+  last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
+  dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
+
+  @pl.when(go_ref[b] > 0)
+  def _run():
+    if compact:
+      st = ssm_in[e, h, ps, :]
+    else:
+      st = ssm_in[e, slot_ref[b], h, ps, :]
+
+    def chunk(c, st):
+      rows = pl.ds(c * L, L)
+      x = xr_ref[b, rows, xcols]                       # [L, BP]
+      bm = xr_ref[b, rows, bcols]                      # [L, N]
+      cm = xr_ref[b, rows, ccols]                      # [L, N]
+      dtv = dtr_ref[b, rows, h]                        # [L]
+      acum = jnp.cumsum(dtv * a_h)                     # [L], <= 0, decreasing
+      acum_l = jnp.sum(jnp.where(last, acum, 0.0))     # acum[L-1], without a slice
+      seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
+      w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
+      y = dot(dot(cm, bm, trans_b=True) * w_ts, x)                     # [L, BP]
+      y = y + jnp.exp(acum)[:, None] * dot(cm, st, trans_b=True)       # C stateᵀ
+      y = y + d_h * x
+      if plan.has_z:
+        y = rowmath.gate(y, z_ref[b, rows, xcols].astype(f32))
+      y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
+      w_s = jnp.exp(acum_l - acum) * dtv                               # [L]
+      return jnp.exp(acum_l) * st + dot(x * w_s[:, None], bm, trans_a=True)
+
+    st = lax.fori_loop(0, plan.Rp // L, chunk, st)
+    if compact:
+      ssm_out[e, h, ps, :] = st
+    else:
+      ssm_out[e, slot_ref[b], h, ps, :] = st
+
+
+def chunk_scan_call(plan: ChunkPlan):
+  """The chunked-scan kernel as a function of arrays (argument order of `_chunk_kernel`)."""
+  cfg = plan.cfg
+  H, P, N, E, S = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, cfg.capacity
+  compact = cfg.replay_mode == config_lib.COMPACT
+  sds = jax.ShapeDtypeStruct
+  ssm_shape = sds((E, H, P, N), f32) if compact else sds((E, S, H, P, N), f32)
+  n_in = 5 + (1 if plan.has_z else 0) + 2
+  return _backend.pallas_call(
+      lambda *refs: _chunk_kernel(*refs, plan=plan),
+      grid=(P // plan.block_p, H, plan.B),
+      out_shape=(ssm_shape, sds((plan.B, plan.Rp, cfg.d_inner), plan.y_dtype)),
+      input_output_aliases={n_in: 0},
+      num_warps=plan.num_warps, num_stages=1, interpret=plan.interpret,
+      name=f"m2v_chunk_scan_{cfg.replay_mode}")
+
+
+def body_inputs(cfg, params, conv0, xbc, dt, Rp):
+  """Post-conv rows [B, Rp, C] f32 and processed dt [B, Rp, H] f32 of the body, zero-padded
+  (padded rows: x = B = C = 0, dt = 0), and the conv state after the body."""
+  R = xbc.shape[1]
+  post, conv_end = reference.conv_prefill(cfg, params, conv0, xbc)
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
+  pad = [(0, 0), (0, Rp - R), (0, 0)]
+  return jnp.pad(post, pad), jnp.pad(dtp, pad), conv_end
+
+
+def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
+                 kernel_call, fold_kernel, chunk: int = CHUNK, block_p: int | None = None,
+                 num_warps: int = 4):
+  """A prefill call whose body runs through the chunked scan (see the module docstring).
+
+  `kernel_call` runs the serial kernels (ops._kernel_call); `fold_kernel` the compact pre-pass.
+  """
+  B, R, _ = xbc.shape
+  cap = cfg.capacity
+  E = state.ssm.shape[0]
+  interpret = backend == config_lib.INTERPRET
+  compact = isinstance(state, CompactState)
+  Rb = R - cap
+  Rp = -(-Rb // chunk) * chunk
+  safe = jnp.where((cache_indices >= 0) & (cache_indices < E), cache_indices, 0)
+  pending = state.pending[safe] if compact else jnp.zeros_like(safe)
+  valid, _, _ = verify_kernels.sequence_status(compact, cap, E, R, cache_indices, state_row,
+                                               jnp.full_like(safe, R), pending)
+  if compact:
+    state = fold_kernel(cfg, backend, params, state, state_row, cache_indices)
+    conv0 = state.conv[safe]
+    tail_row = jnp.where(valid, 0, -1).astype(jnp.int32)
+  else:
+    slot = jnp.where(valid, state_row, 0)
+    conv0 = state.conv[safe, slot]
+    tail_row = state_row
+  post, dtp, conv_end = body_inputs(cfg, params, conv0, xbc[:, :Rb], dt[:, :Rb], Rp)
+  has_z = z is not None
+  zb = [jnp.pad(z[:, :Rb], [(0, 0), (0, Rp - Rb), (0, 0)])] if has_z else []
+  plan = ChunkPlan(cfg=cfg, Rp=Rp, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
+                   chunk=chunk, block_p=config_lib.pow2_divisor(cfg.headdim, block_p or 64),
+                   num_warps=num_warps, interpret=interpret)
+  ssm, y_body = chunk_scan_call(plan)(
+      cache_indices, state_row, valid.astype(jnp.int32), post, dtp, *zb, params.A_log,
+      params.D, state.ssm)
+  target = jnp.where(valid, cache_indices, E)              # invalid: dropped
+  if compact:
+    conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")
+    state = state._replace(ssm=ssm, conv=conv)
+  else:
+    conv = state.conv.at[target, jnp.where(valid, state_row, 0)].set(
+        conv_end.astype(state.conv.dtype), mode="drop")
+    state = SnapshotState(ssm=ssm, conv=conv)
+  tail = slice(Rb, R)
+  y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail], tail_row,
+                              None if z is None else z[:, tail], cache_indices,
+                              jnp.full((B,), cap, jnp.int32))
+  y_body = jnp.where(valid[:, None, None], y_body[:, :Rb], jnp.nan)
+  y_body = jnp.where((cache_indices == -1)[:, None, None], 0.0, y_body).astype(xbc.dtype)
+  return jnp.concatenate([y_body, y_tail], axis=1), state

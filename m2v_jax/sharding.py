@@ -1,0 +1,137 @@
+"""Tensor- and data-parallel execution of the ops with `jax.shard_map`.
+
+Heads are split across the mesh axis `head_axis` (tensor parallel: each device holds H/n
+heads, their G/n groups and their conv channels) and sequences across `batch_axis`. No state
+is gathered: every device runs the unchanged single-device op on its shard, with the local
+geometry `local_config(cfg, n)`.
+
+The conv channels of the global layout `[x (H*P) | B (G*N) | C (G*N)]` are not contiguous per
+device, so the sharded ops take them in the TP layout `[x_0 | B_0 | C_0 | x_1 | B_1 | C_1 |
+...]` (device d's own `[x | B | C]` block after block), which a contiguous split along the
+channel axis hands out correctly. `to_tp_layout` / `from_tp_layout` permute the channel axis
+of parameters, states and xBC between the two layouts; a model's in_proj can emit the TP
+layout directly by permuting its output columns once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from m2v_jax import config as config_lib
+from m2v_jax import ops
+from m2v_jax.params import LayerParams
+from m2v_jax.state import CompactState, SnapshotState
+
+
+def local_config(cfg: config_lib.Mamba2Config, n: int) -> config_lib.Mamba2Config:
+  """The geometry one of n head shards sees.
+
+  Raises:
+    ValueError: n does not divide nheads and ngroups.
+  """
+  if cfg.nheads % n or cfg.ngroups % n:
+    raise ValueError(f"head shards: expected a divisor of nheads={cfg.nheads} and "
+                     f"ngroups={cfg.ngroups}, got {n}")
+  return cfg.replace(nheads=cfg.nheads // n, ngroups=cfg.ngroups // n)
+
+
+def tp_channel_order(cfg: config_lib.Mamba2Config, n: int) -> np.ndarray:
+  """Indices into the global conv channels, in TP layout order (see the module docstring)."""
+  lc = local_config(cfg, n)
+  HP, GN = cfg.d_inner, cfg.ngroups * cfg.dstate
+  hp, gn = lc.d_inner, lc.ngroups * lc.dstate
+  order = []
+  for d in range(n):
+    order += [np.arange(d * hp, (d + 1) * hp), HP + np.arange(d * gn, (d + 1) * gn),
+              HP + GN + np.arange(d * gn, (d + 1) * gn)]
+  return np.concatenate(order)
+
+
+# Which axis of each leaf is the conv-channel axis (None: no channel axis).
+_CHANNEL_AXIS = {
+    "conv_weight": 0, "conv_bias": 0, "dt_bias": None, "A_log": None, "D": None,
+}
+
+
+def _permute(tree, axes, order):
+  return type(tree)(*(leaf if ax is None else jnp.take(leaf, order, axis=ax)
+                      for leaf, ax in zip(tree, axes)))
+
+
+def _state_channel_axes(state):
+  if isinstance(state, SnapshotState):
+    return (None, 2)
+  return (None, 1, 2, None, None)
+
+
+def to_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
+  """Permutes the conv-channel axis of whichever of params, state, xbc are given into TP
+  layout. Returns them in that order (None for those not given)."""
+  order = tp_channel_order(cfg, n)
+  return _apply(order, params, state, xbc)
+
+
+def from_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
+  """The inverse of `to_tp_layout`."""
+  order = np.argsort(tp_channel_order(cfg, n))
+  return _apply(order, params, state, xbc)
+
+
+def _apply(order, params, state, xbc):
+  out_p = None if params is None else _permute(params, [_CHANNEL_AXIS[f] for f in
+                                                        LayerParams._fields], order)
+  out_s = None if state is None else _permute(state, _state_channel_axes(state), order)
+  out_x = None if xbc is None else jnp.take(xbc, order, axis=-1)
+  return out_p, out_s, out_x
+
+
+def _specs(state, h, b):
+  params = LayerParams(conv_weight=P(h, None), conv_bias=P(h), dt_bias=P(h), A_log=P(h), D=P(h))
+  if isinstance(state, SnapshotState):
+    st = SnapshotState(ssm=P(b, None, h), conv=P(b, None, h))
+  else:
+    st = CompactState(ssm=P(b, h), conv=P(b, h), win_xbc=P(b, None, h), win_dt=P(b, None, h),
+                      pending=P(b))
+  return params, st
+
+
+def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_axis: str,
+            batch_axis: str | None = None, **op_kwargs):
+  """`op` (`m2v_jax.verify` or `m2v_jax.prefill`) as a function of global arrays, sharded.
+
+  Returns `f(params, state, xbc, dt, state_row, z=None) -> (y, state)` on global arrays in TP
+  layout: params, state and xbc permuted by `to_tp_layout`, heads split over `head_axis`,
+  sequences (and the state pool's entries) over `batch_axis`. Call it under `jax.jit` with
+  the state donated to update the shards in place.
+
+  Args:
+    op: the single-device op.
+    mesh: a mesh with `head_axis` (and `batch_axis`).
+    cfg: the global geometry.
+    head_axis: mesh axis the heads are split over.
+    batch_axis: mesh axis the sequences are split over (None: replicated).
+    **op_kwargs: passed to `op` (for example `backend=`).
+
+  Raises:
+    ValueError: the head-axis size does not divide nheads and ngroups.
+  """
+  n = mesh.shape[head_axis]
+  lcfg = local_config(cfg, n)
+  h, b = head_axis, batch_axis
+
+  def run(params, state, xbc, dt, state_row, z=None):
+    p_spec, s_spec = _specs(state, h, b)
+    x_spec = P(b, None, h)
+    in_specs = (p_spec, s_spec, x_spec, x_spec, P(b)) + ((x_spec,) if z is not None else ())
+    local = lambda p, s, x, d, r, *zz: op(lcfg, p, s, x, d, r, z=zz[0] if zz else None,
+                                          **op_kwargs)
+    f = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=(x_spec, s_spec),
+                      check_vma=False)
+    return f(params, state, xbc, dt, state_row, *((z,) if z is not None else ()))
+
+  return run

@@ -1,0 +1,173 @@
+"""State pools (cache_indices, padding, reuse), per-sequence num_rows, NaN isolation, sharding."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+import m2v_jax as m
+from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, small_cfg
+
+E, B = 16, 5
+
+
+class PoolPair:
+  """The same pool calls in both modes and on the reference, checked after every call."""
+
+  def __init__(self, backend, seed, cfg=None, num_entries=E, batch=B, dtype=jnp.float32):
+    self.snap = cfg or small_cfg()
+    self.comp = self.snap.replace(replay_mode="compact")
+    self.p = m.random_params(self.snap, seed)
+    self.backend, self.E, self.B, self.dtype = backend, num_entries, batch, dtype
+    self.rng = np.random.default_rng(seed)
+    self.k = {c.replay_mode: m.init_state(c, num_entries, dtype) for c in (self.snap, self.comp)}
+    self.r = {c.replay_mode: m.init_state(c, num_entries, dtype) for c in (self.snap, self.comp)}
+
+  def call(self, idx, rows, nrows, R=8, nan_seq=None):
+    E, B = self.E, self.B
+    idx, rows, nrows = (np.asarray(a, np.int32) for a in (idx, rows, nrows))
+    xbc, dt = inputs(self.snap, B, R, self.dtype, rng=self.rng)
+    if nan_seq is not None:
+      xbc = xbc.at[nan_seq, 0, :5].set(jnp.nan).at[nan_seq, 1, 7].set(jnp.inf)
+    before = {k: copy_state(v) for k, v in self.k.items()}
+    ys = {}
+    for cfg in (self.snap, self.comp):
+      mode = cfg.replay_mode
+      ys[mode], self.k[mode] = m.verify(cfg, self.p, self.k[mode], xbc, dt, rows,
+                                        cache_indices=idx, num_rows=nrows, backend=self.backend)
+      yr, self.r[mode] = m.verify(cfg, self.p, self.r[mode], xbc, dt, rows, cache_indices=idx,
+                                  num_rows=nrows, backend="reference")
+      live = [b for b in range(B) if b != nan_seq]
+      tol = 1e-5 if self.dtype == jnp.float32 else 2e-2
+      assert_close(np.asarray(ys[mode], np.float32)[live], np.asarray(yr, np.float32)[live], tol,
+                   f"{mode} y vs reference")
+      clean = [e for e in range(E) if nan_seq is None or e != idx[nan_seq]]
+      for name, a, b in zip(type(self.k[mode])._fields, self.k[mode], self.r[mode]):
+        a, b = np.asarray(a)[clean], np.asarray(b)[clean]
+        if name == "pending":
+          assert_bitwise(a, b, "pending vs reference")
+        else:
+          assert_close(a, b, 1e-5, f"{mode} {name} vs reference")
+      untouched = sorted(set(range(E)) - set(idx.tolist()))
+      for name, a, b in zip(type(self.k[mode])._fields, self.k[mode], before[mode]):
+        assert_bitwise(np.asarray(a)[untouched], b[untouched], f"{mode} {name}: unaddressed entries")
+    assert_bitwise(ys["snapshot"], ys["compact"], "y snapshot vs compact")
+    y = np.asarray(ys["snapshot"])
+    for b in range(B):
+      if idx[b] == -1:
+        assert not np.any(y[b]), "padding rows are zeros"
+      else:
+        assert not np.any(y[b, nrows[b]:]), "rows past num_rows are zeros"
+    return ys
+
+  def committed(self, idx, rows):
+    out = [m.committed_state(c, self.p, self.k[c.replay_mode], np.asarray(rows, np.int32),
+                             cache_indices=np.asarray(idx, np.int32), backend=self.backend)
+           for c in (self.snap, self.comp)]
+    for a, b in zip(*out):
+      assert_bitwise(a, b, "committed snapshot vs compact")
+    return out[0]
+
+
+def test_pool_padding_shuffled_indices_mixed_rows(backend):
+  pp = PoolPair(backend, seed=1)
+  pp.call(idx=[3, -1, 11, 0, 7], rows=[0, 0, 0, 0, 0], nrows=[8, 1, 5, 2, 8])
+  pp.committed([11, 3, 0, 7], [4, 7, 1, 2])
+  pp.call(idx=[11, 3, -1, 7, 0], rows=[4, 7, 0, 2, 1], nrows=[3, 8, 1, 6, 1])
+  pp.call(idx=[0, 7, 3, 11, 9], rows=[0, 5, 2, 0, 0], nrows=[8, 4, 8, 2, 7])
+
+
+def test_reused_entry_carries_nothing_over(backend):
+  pp = PoolPair(backend, seed=2)
+  pp.call(idx=[1, 2, 3, 4, 5], rows=[0] * 5, nrows=[8, 8, 8, 8, 8])
+  # entry 4 now serves a new request: reset it in both modes (and the reference)
+  for d in (pp.k, pp.r):
+    for k in d:
+      d[k] = m.reset_entries(d[k], [4])
+  pp.call(idx=[4, 1, -1, 2, 3], rows=[0, 3, 0, 7, 6], nrows=[8, 8, 1, 8, 8])
+  # a fresh pool gives entry 4 the same results: the reset left nothing behind
+  fresh = m.init_state(pp.comp, E, jnp.float32)
+  y, fresh = m.verify(pp.comp, pp.p, fresh, *inputs(pp.snap, B, 8, rng=np.random.default_rng(5)),
+                      [0] * 5, cache_indices=np.array([4, 0, 6, 8, 10], np.int32),
+                      backend=backend)
+  for k in pp.k:
+    pp.k[k] = m.reset_entries(pp.k[k], [4])
+  y2, pp.k["compact"] = m.verify(pp.comp, pp.p, pp.k["compact"],
+                                 *inputs(pp.snap, B, 8, rng=np.random.default_rng(5)), [0] * 5,
+                                 cache_indices=np.array([4, 0, 6, 8, 10], np.int32),
+                                 backend=backend)
+  assert_bitwise(np.asarray(y)[0], np.asarray(y2)[0], "reused entry")
+
+
+def test_reset_entries_with_committed_state(backend):
+  pp = PoolPair(backend, seed=3)
+  pp.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
+  ssm, conv = pp.committed([2], [5])
+  for k in pp.k:
+    pp.k[k] = m.reset_entries(pp.k[k], [9], ssm=ssm, conv=conv)
+    pp.r[k] = m.reset_entries(pp.r[k], [9], ssm=ssm, conv=conv)
+  pp.call(idx=[9, 2, -1, -1, 1], rows=[0, 5, 0, 0, 7], nrows=[8, 8, 1, 1, 3])
+
+
+def test_nan_in_one_sequence_changes_nothing_else(backend):
+  pp = PoolPair(backend, seed=4)
+  pp.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
+  clean = PoolPair(backend, seed=4)
+  clean.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
+  state = dict(pp.rng.bit_generator.state)
+  ys = pp.call(idx=[0, 1, 2, 3, 4], rows=[3, 1, 4, 1, 5], nrows=[8, 7, 6, 5, 4], nan_seq=2)
+  clean.rng.bit_generator.state = state
+  ys_clean = clean.call(idx=[0, 1, 2, 3, 4], rows=[3, 1, 4, 1, 5], nrows=[8, 7, 6, 5, 4])
+  others = [0, 1, 3, 4]
+  for mode in ys:
+    assert_bitwise(np.asarray(ys[mode])[others], np.asarray(ys_clean[mode])[others], f"{mode} y")
+    for name, a, b in zip(type(pp.k[mode])._fields, pp.k[mode], clean.k[mode]):
+      assert_bitwise(np.asarray(a)[others], np.asarray(b)[others], f"{mode} {name}")
+
+
+def test_host_checks_for_pools():
+  cfg = small_cfg()
+  p = m.random_params(cfg, 5)
+  st = m.init_state(cfg, E, jnp.float32)
+  xbc, dt = inputs(cfg, 3, 4)
+  with pytest.raises(ValueError, match=r"cache_indices\[1\]=16: expected -1 \(padding\) or 0 <= index < 16"):
+    m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[0, 16, 2])
+  with pytest.raises(ValueError, match="an entry appears twice"):
+    m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[5, 2, 5])
+  with pytest.raises(ValueError, match=r"num_rows\[2\]=5: expected 1 <= num_rows <= R=4"):
+    m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[0, 1, 2], num_rows=[1, 4, 5])
+  x9, d9 = inputs(cfg, 3, 9)
+  with pytest.raises(ValueError, match="num_rows: only for calls of R <= capacity"):
+    m.ops._check_call(cfg, p, st, x9, d9, [0, 0, 0], None, [0, 1, 2], [9, 9, 9], verify=False)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_two_way_head_sharding_matches_one_device(mode):
+  """A layer with heads over 2 devices (and sequences over 2) equals the one-device run,
+  bitwise per head."""
+  devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
+  if len(devices) < 4:
+    pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+  backend = "pallas" if devices[0].platform == "gpu" else "interpret"
+  cfg = m.Mamba2Config(nheads=4, headdim=8, dstate=16, ngroups=2, replay_mode=mode)
+  p = m.random_params(cfg, 6)
+  rng = np.random.default_rng(6)
+  Bsz = 4
+  mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
+  run = m.sharding.sharded(m.verify, mesh, cfg, head_axis="tp", batch_axis="dp", backend=backend)
+  step = jax.jit(run, donate_argnums=1)
+  one = m.init_state(cfg, Bsz, jnp.float32)
+  _, many, _ = m.sharding.to_tp_layout(cfg, 2, state=m.init_state(cfg, Bsz, jnp.float32))
+  ptp, _, _ = m.sharding.to_tp_layout(cfg, 2, params=p)
+  rows = np.zeros(Bsz, np.int32)
+  for R in (8, 5, 8):
+    xbc, dt = inputs(cfg, Bsz, R, rng=rng)
+    y1, one = m.verify(cfg, p, one, xbc, dt, rows, backend=backend)
+    _, _, xtp = m.sharding.to_tp_layout(cfg, 2, xbc=xbc)
+    y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
+    assert_bitwise(y1, y2, f"y (R={R})")
+    _, back, _ = m.sharding.from_tp_layout(cfg, 2, state=many)
+    for name, a, b in zip(type(one)._fields, one, back):
+      assert_bitwise(a, b, f"{name} (R={R})")
+    rows = rng.integers(0, R, Bsz).astype(np.int32)
