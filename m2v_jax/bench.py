@@ -113,7 +113,7 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
 
 @dataclasses.dataclass
 class Case:
-  """One timed configuration: `step(states) -> states` runs the op once per state set."""
+  """One timed configuration: `step(states, args) -> states` runs the op once per state set."""
 
   name: str
   step: Callable
@@ -121,27 +121,29 @@ class Case:
   calls_per_step: int
   nbytes: int | None = None
   flops: float | None = None
+  args: tuple = ()
 
 
 def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None,
-              min_calls=32):
-  """Builds a Case: `fn(state) -> state` is the op (inputs closed over).
+              min_calls=16, args=()):
+  """Builds a Case: `fn(state, *args) -> state` is the op.
 
   One step runs the op over all `banks` state sets, `rounds` times, so that a dispatch holds
-  at least `min_calls` calls and the host's dispatch cost stays below the device time.
+  at least `min_calls` calls and the host's dispatch cost stays below the device time. The
+  inputs `args` are arguments of the step, not constants folded into it.
   """
   states = tuple(make_state() for _ in range(banks))
   if warm_fn is not None:
     states = tuple(warm_fn(s) for s in states)
   rounds = -(-min_calls // banks)
 
-  def many(ss):
+  def many(ss, a):
     for _ in range(rounds):
-      ss = tuple(fn(s) for s in ss)
+      ss = tuple(fn(s, *a) for s in ss)
     return ss
 
   step = jax.jit(many, donate_argnums=0)
-  return Case(name, step, states, banks * rounds, nbytes, flops)
+  return Case(name, step, states, banks * rounds, nbytes, flops, tuple(args))
 
 
 def _run_block(case: Case, steps: int) -> float:
@@ -149,7 +151,7 @@ def _run_block(case: Case, steps: int) -> float:
   jax.block_until_ready(states)
   t0 = time.perf_counter()
   for _ in range(steps):
-    states = case.step(states)
+    states = case.step(states, case.args)
   jax.block_until_ready(states)
   dt = time.perf_counter() - t0
   case.states = states
@@ -157,8 +159,8 @@ def _run_block(case: Case, steps: int) -> float:
 
 
 def _calibrate(case: Case, target_s: float = 0.02) -> int:
-  case.states = case.step(case.states)      # compile + warm up
-  case.states = case.step(case.states)
+  case.states = case.step(case.states, case.args)      # compile + warm up
+  case.states = case.step(case.states, case.args)
   per_call = _run_block(case, 2)
   return max(3, min(200, int(target_s / (per_call * case.calls_per_step))))
 
@@ -191,12 +193,12 @@ def kernel_times(case: Case, steps: int = 10) -> dict[str, float]:
 
   Returns {} when the trace holds no device events (no GPU, or CUPTI unavailable).
   """
-  case.states = case.step(case.states)
+  case.states = case.step(case.states, case.args)
   jax.block_until_ready(case.states)
   with tempfile.TemporaryDirectory() as d:
     with jax.profiler.trace(d, create_perfetto_trace=True):
       for _ in range(steps):
-        case.states = case.step(case.states)
+        case.states = case.step(case.states, case.args)
       jax.block_until_ready(case.states)
     paths = [os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs
              if f.endswith("perfetto_trace.json.gz")]
@@ -227,14 +229,13 @@ def _inputs(cfg, B, R, dtype, seed=0):
   return xbc, dt
 
 
-def verify_fn(cfg, params, xbc, dt, state_row, backend, tiles=None, chunked=False):
-  """`state -> state` for one verify/prefill call (kernels or the jnp reference)."""
-  B, R, _ = xbc.shape
+def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False):
+  """`(state, params, xbc, dt) -> state` for one verify/prefill call (kernels or reference)."""
   rows = jnp.broadcast_to(jnp.asarray(state_row, jnp.int32), (B,))
   ci = jnp.arange(B, dtype=jnp.int32)
   nr = jnp.full((B,), R, jnp.int32)
 
-  def fn(state):
+  def fn(state, params, xbc, dt):
     if backend == config_lib.REFERENCE:
       call = (reference.snapshot_call if cfg.replay_mode == config_lib.SNAPSHOT
               else reference.compact_call)
@@ -247,7 +248,7 @@ def verify_fn(cfg, params, xbc, dt, state_row, backend, tiles=None, chunked=Fals
   return fn
 
 
-def dense_ssd_fn(cfg, params, xbc, dt, chunk=64, precision=None):
+def dense_ssd_fn(cfg, chunk=64, precision=None):
   """`state -> state`: the jax.numpy chunked SSD scan (`reference.ssd_chunked`, XLA einsums
   with 3-pass TF32 on a GPU, float32 elsewhere) from slot 0 / the base, writing its final
   state back there."""
@@ -255,7 +256,7 @@ def dense_ssd_fn(cfg, params, xbc, dt, chunk=64, precision=None):
     precision = (lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if jax.default_backend() == "gpu"
                  else lax.Precision.HIGHEST)
 
-  def fn(state):
+  def fn(state, params, xbc, dt):
     snap = isinstance(state, state_lib.SnapshotState)
     ssm0 = state.ssm[:, 0] if snap else state.ssm
     conv0 = state.conv[:, 0] if snap else state.conv
@@ -270,7 +271,7 @@ def dense_ssd_fn(cfg, params, xbc, dt, chunk=64, precision=None):
 
 
 def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
-                tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=32,
+                tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=16,
                 pending=True):
   """A Case for a steady-state call. Compact states are warmed so that `capacity` rows are
   pending and `state_row` replays state_row + 1 of them (`pending=False` clears the window
@@ -279,28 +280,30 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
   backend = backend or _backend_name
   xbc, dt = _inputs(cfg, B, R, dtype)
   if dense:
-    fn = dense_ssd_fn(cfg, params, xbc, dt)
+    fn = dense_ssd_fn(cfg)
     try:
-      jax.jit(fn).lower(state_lib.state_shapes(cfg, B, dtype)).compile()
+      jax.jit(fn).lower(state_lib.state_shapes(cfg, B, dtype), params, xbc, dt).compile()
     except Exception as err:  # an XLA without the 3-pass TF32 algorithm: plain float32
       print(f"dense SSD baseline: {type(err).__name__}: {err}; using Precision.HIGHEST")
-      fn = dense_ssd_fn(cfg, params, xbc, dt, precision=lax.Precision.HIGHEST)
+      fn = dense_ssd_fn(cfg, precision=lax.Precision.HIGHEST)
   else:
-    fn = verify_fn(cfg, params, xbc, dt, state_row, backend, tiles, chunked)
+    fn = verify_fn(cfg, B, R, state_row, backend, tiles, chunked)
   warm = None
   if cfg.replay_mode == config_lib.COMPACT:
     wx, wd = _inputs(cfg, B, cfg.capacity, dtype, seed=1)
-    warm = jax.jit(verify_fn(cfg, params, wx, wd, 0, config_lib.REFERENCE), donate_argnums=0)
+    warm_call = jax.jit(verify_fn(cfg, B, cfg.capacity, 0, config_lib.REFERENCE),
+                        donate_argnums=0)
+    warm = lambda s: warm_call(s, params, wx, wd)
     if not pending:
       inner = fn
-      fn = lambda s: inner(s._replace(pending=jnp.zeros_like(s.pending)))
+      fn = lambda s, *a: inner(s._replace(pending=jnp.zeros_like(s.pending)), *a)
   rows = np.unique(np.asarray(state_row))
   row_txt = str(rows[0]) if len(rows) == 1 else "mixed"
   kind = "dense-ssd" if dense else ("chunked" if chunked else backend)
   name = name or f"{cfg.replay_mode} B={B} R={R} row={row_txt} {kind}"
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
                    nbytes=call_bytes(cfg, B, R, state_row, dtype), warm_fn=warm,
-                   min_calls=min_calls,
+                   min_calls=min_calls, args=(params, xbc, dt),
                    flops=ssd_flops(cfg, B, R) if (chunked or dense) else None), (params, xbc, dt)
 
 
@@ -363,17 +366,20 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
   return rows_out
 
 
-def suite_sweep(bw, banks, blocks, dtype, batches=(32,)):
-  """Tile sweep at R=8, state_row 7: (block_p, num_warps) of the SSM kernel and, last, the
-  fori_loop (not unrolled) variant of the default."""
+def suite_sweep(bw, banks, blocks, dtype, batches=(1,)):
+  """Tile sweep at R=8, state_row 7: (block_p, num_warps) and prefetch depth of the SSM
+  kernel and, last, the fori_loop (not unrolled) variant of the default. Ratio: time of the
+  variant over time of the default (the first row)."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   default = config_lib.tile_config(snap)
   variants = [default] + [dataclasses.replace(default, block_p=bp, num_warps=w)
-                          for bp, w in ((32, 4), (8, 4), (16, 8), (16, 2))
+                          for bp, w in ((16, 8), (8, 4), (32, 8))
                           if (bp, w) != (default.block_p, default.num_warps)]
+  variants += [dataclasses.replace(default, prefetch=d) for d in (1, 2, 8, None)
+               if d != default.prefetch]
   variants.append(dataclasses.replace(default, unroll=False))
   for B in batches:
     nb = banks if B == 1 else 3
@@ -382,7 +388,8 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(32,)):
       for tiles in variants:
         c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
                            name=f"{cfg.replay_mode} B={B} block_p={tiles.block_p} "
-                                f"warps={tiles.num_warps} unroll={tiles.unroll}")
+                                f"warps={tiles.num_warps} prefetch={tiles.prefetch} "
+                                f"unroll={tiles.unroll}")
         cases.append(c)
       t = time_cases(cases, max(5, blocks // 3))
       for c in cases:

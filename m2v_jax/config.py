@@ -178,8 +178,10 @@ class TileConfig:
     num_stages: software-pipelining depth of the SSM program.
     block_c: conv channels one prep program owns.
     prep_warps: warps per prep program.
-    unroll: emit verify-sized row loops unrolled with predication (loads of every row issue
-      up front) rather than as `fori_loop`s; see `verify_kernels._rows`.
+    unroll: emit verify-sized row loops unrolled with predication (loads issue ahead of
+      the stores of earlier rows) rather than as `fori_loop`s; see `verify_kernels._rows`.
+    prefetch: rows the SSM kernel loads ahead of the row it computes (None: all rows up
+      front). Each prefetched row holds its x, B and C slices in registers.
   """
 
   block_p: int
@@ -188,6 +190,7 @@ class TileConfig:
   block_c: int = 128
   prep_warps: int = 4
   unroll: bool = True
+  prefetch: int | None = 4
 
 
 def pow2_divisor(n: int, cap: int) -> int:

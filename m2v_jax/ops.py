@@ -146,10 +146,12 @@ def _check_state_row(cfg, state, state_row, B, cache_indices):
     _expect("state_row", state_row, (B,), (jnp.int32,))
     return state_row
   rows = _host_int_array("state_row", state_row, B)
-  entries = (np.arange(B) if cache_indices is None or not _is_host(cache_indices)
-             else np.asarray(cache_indices))
+  host_entries = cache_indices is None or _is_host(cache_indices)
+  entries = np.arange(B) if cache_indices is None else (
+      np.asarray(cache_indices) if host_entries else np.zeros(B, np.int32))
   pending = None
-  if cfg.replay_mode == config_lib.COMPACT and not isinstance(state.pending, jax.core.Tracer):
+  if (cfg.replay_mode == config_lib.COMPACT and host_entries
+      and not isinstance(state.pending, jax.core.Tracer)):
     pending = np.asarray(state.pending)          # the exact rule needs the pending counts
   for b, r in enumerate(rows):
     if entries[b] < 0:

@@ -17,9 +17,11 @@ A call runs two kernels on the Triton lowering:
    every row (snapshot mode) or once as the new base (compact mode). It reads the status from
    `info`, so it can also update the compact `pending` counts in place (prep reads them).
 
-Verify-sized calls unroll their row loops and issue the loads of every row before the first
-store (`_prefetch`): the compiler cannot move a load above a store to memory that might
-alias, so a load-compute-store loop pays one memory latency per row.
+Verify-sized calls unroll their row loops and issue each row's loads ahead of the stores of
+earlier rows (`_Lookahead`: all rows up front in prep, `tiles.prefetch` rows ahead in the SSM
+kernel, where every prefetched B/C row costs registers): the compiler cannot move a load above
+a store to memory that might alias, so a load-compute-store loop pays one memory latency per
+row.
 
 Rows are indexed in the scratch as `RT = R` (snapshot) or `RT = W + R` (compact: replayed
 window rows at 0..W-1, new rows at W..W+R-1).
@@ -121,22 +123,50 @@ class Plan:
 MAX_UNROLL = 16
 
 
-def _prefetch(start, stop, load, unroll):
-  """The inputs of rows [start, stop), loaded now (unrolled), or None (loaded in the loop)."""
-  return [load(i) for i in range(start, stop)] if unroll else None
+class _Lookahead:
+  """Issues the loads of unrolled rows ahead of their use, in program order.
+
+  Rows register their load thunks in use order (across phases: replay rows, then new rows);
+  `take(k)` emits every load up to row k + depth before returning row k's inputs, so loads
+  run `depth` rows ahead of the compute and the stores that follow it. depth=None issues all
+  loads at the first `take` (most memory-level parallelism, most registers).
+  """
+
+  def __init__(self, depth):
+    self.depth, self.thunks, self.values = depth, [], []
+
+  def register(self, thunks):
+    base = len(self.thunks)
+    self.thunks += thunks
+    return list(range(base, base + len(thunks)))
+
+  def take(self, k):
+    limit = len(self.thunks) if self.depth is None else min(len(self.thunks), k + self.depth + 1)
+    while len(self.values) < limit:
+      self.values.append(self.thunks[len(self.values)]())
+    return self.values[k]
+
+
+def _prefetch(start, stop, load, unroll, ahead):
+  """Registers rows [start, stop) with `ahead` (unrolled) and returns their handles, or
+  None (a `fori_loop` that loads each row in the loop)."""
+  if not unroll:
+    return None
+  return ahead, ahead.register([lambda i=i: load(i) for i in range(start, stop)])
 
 
 def _rows(start, stop, bound, load, body, carry, pre):
   """Runs `body(i, inputs, carry, active)` over rows i in [start, stop) below `bound`.
 
-  With `pre` (the `_prefetch`ed inputs) every row of [start, stop) is emitted, unrolled, with
+  With `pre` (from `_prefetch`) every row of [start, stop) is emitted, unrolled, with
   `active = i < bound` (traced): the body selects its carry with `_sel` and guards its side
   effects with `_when`. Without, a `fori_loop` over [start, bound) that loads each row's
   inputs in the loop, with `active = None` (always active).
   """
   if pre is not None:
-    for i, inputs in zip(range(start, stop), pre):
-      carry = body(i, inputs, carry, i < bound)
+    ahead, handles = pre
+    for i, k in zip(range(start, stop), handles):
+      carry = body(i, ahead.take(k), carry, i < bound)
     return carry
   return lax.fori_loop(start, bound, lambda i, c: body(i, load(i), c, None), carry)
 
@@ -146,6 +176,13 @@ def _when(active, fn):
     fn()
   else:
     pl.when(active)(fn)
+
+
+def _if(active, fn, carry):
+  """fn(carry) where `active` (a traced scalar; None = always), else carry, as a branch."""
+  if active is None:
+    return fn(carry)
+  return lax.cond(active, fn, lambda c: c, carry)
 
 
 def _sel(active, new, old):
@@ -238,8 +275,9 @@ def _prep_kernel(*refs, plan: Plan):
       win = tuple(conv_in[e, cs, j].astype(f32) for j in range(K1))
     else:
       win = tuple(conv_in[e, row, cs, j].astype(f32) for j in range(K1))
-    rep_in = _prefetch(0, plan.cap, load_rep, pre_rep)
-    new_in = _prefetch(0, plan.R, load_new, pre_new)
+    ahead = _Lookahead(None)
+    rep_in = _prefetch(0, plan.cap, load_rep, pre_rep, ahead)
+    new_in = _prefetch(0, plan.R, load_new, pre_new, ahead)
 
     if plan.compact:
       def replay(j, raw, win, active):
@@ -289,8 +327,9 @@ def _prep_kernel(*refs, plan: Plan):
         bias, a_log = dtb_ref[hs], alog_ref[hs]
         load_rep = lambda j: wdt_in[e, j, hs]
         load_new = lambda i: dt_ref[b, i, hs].astype(f32)
-        rep_in = _prefetch(0, plan.cap, load_rep, pre_rep)
-        new_in = _prefetch(0, plan.R, load_new, pre_new)
+        ahead = _Lookahead(None)
+        rep_in = _prefetch(0, plan.cap, load_rep, pre_rep, ahead)
+        new_in = _prefetch(0, plan.R, load_new, pre_new, ahead)
 
         def put(r, raw):
           dtp = rowmath.process_dt(raw, bias, cfg.dt_limit)
@@ -406,11 +445,14 @@ def _ssm_kernel(*refs, plan: Plan):
       st = ssm_in[e, h, ps, :]
     else:
       st = ssm_in[e, row_ref[b], h, ps, :]
-    rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay)
-    new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new)
+    ahead = _Lookahead(plan.tiles.prefetch)
+    rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay, ahead)
+    new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new, ahead)
     if plan.compact:
+      # Replayed rows branch on `active` (a uniform scalar) instead of selecting, so a call
+      # that replays fewer than W rows does not pay for the others.
       st = _rows(0, plan.cap, n_rep, load_rep,
-                 lambda j, a, st, active: _sel(active, update(st, *a), st), st, rep_in)
+                 lambda j, a, st, active: _if(active, lambda s: update(s, *a), st), st, rep_in)
       if commit == 0:
         pl.when(n_rep > 0)(lambda: store_base(st))
 

@@ -201,3 +201,28 @@ def test_compact_memory_is_one_state_plus_window():
   assert nbytes == one_state + window
   snap = m.state_shapes(m.BOLT, 1, jnp.bfloat16)
   assert sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in snap) == 8 * one_state
+
+
+@pytest.mark.parametrize("prefetch,unroll", [(None, True), (1, True), (4, False)])
+def test_load_schedules_agree_bitwise(backend, prefetch, unroll):
+  """How far ahead rows are loaded, and unrolled vs fori_loop rows, change no bit."""
+  import dataclasses
+  from m2v_jax import ops
+  cfg = small_cfg(mode="compact")
+  p = m.random_params(cfg, 8)
+  rng = np.random.default_rng(8)
+  xbc, dt = inputs(cfg, 2, 8, rng=rng)
+  base = m.config.tile_config(cfg)
+  variant = dataclasses.replace(base, prefetch=prefetch, unroll=unroll)
+  out = []
+  for tiles in (base, variant):
+    state = m.init_state(cfg, 2, jnp.float32)
+    ci, nr = jnp.arange(2, dtype=jnp.int32), jnp.asarray([8, 5], jnp.int32)
+    _, state = ops._kernel_call(cfg, backend, p, state, xbc, dt, jnp.zeros(2, jnp.int32), None,
+                                ci, nr, tiles)
+    y, state = ops._kernel_call(cfg, backend, p, state, xbc, dt, jnp.asarray([6, 3], jnp.int32),
+                                None, ci, jnp.asarray([7, 8], jnp.int32), tiles)
+    out.append((y, state))
+  assert_bitwise(out[0][0], out[1][0], "y")
+  for name, a, b in zip(type(out[0][1])._fields, out[0][1], out[1][1]):
+    assert_bitwise(a, b, name)
