@@ -180,11 +180,11 @@ def main(argv):
   for d in decoders.values():             # warm-up: first executions allocate and load
     d.run(prompt, 8, True, FLAGS.ngram)
     d.run(prompt, 8, False, FLAGS.ngram)
-  sys.stdout.buffer.write(prompt)
-  results = {}
-  for i, m in enumerate(modes):
-    results[m] = decoders[m].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram,
-                                 stream=None if (i or FLAGS.quiet) else stream)
+  if not FLAGS.quiet:            # shown once, in a run of its own: printing is not timed
+    sys.stdout.buffer.write(prompt)
+    decoders[mode].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram, stream=stream)
+  results = {m: decoders[m].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram)
+             for m in modes}
   greedy = decoders[mode].run(prompt, FLAGS.max_new_tokens, False, FLAGS.ngram)
   print("\n")
 

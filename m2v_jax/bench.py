@@ -1,8 +1,10 @@
 """Benchmarks of the verify and prefill ops (run on a GPU; see BUILD.md, "GPU checks").
 
 Method (SPEC §7): every timed step is one jitted dispatch that runs the op once on each of
-`banks` separate state sets, donated, so every call updates its own set in place and the L2
-cache (60 MB on the H200) cannot hold the state between two calls on one set. Steps are
+`banks` separate state sets, donated, so every call updates its own set in place. The sets
+together should exceed the L2 cache (60 MB on the H200) so that it cannot hold a set's state
+between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2,
+not for compact at B=1 (8 x 4.2 MiB), whose times may be flattered by L2 hits. Steps are
 issued back to back without synchronizing, so the host runs ahead and the wall clock over a
 block measures the device stream. Blocks of A and B alternate (ABBA), several warm-up steps
 come first, and a result is the median over blocks with the ratio of means and its bootstrap
@@ -99,11 +101,9 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
   if cfg.replay_mode == config_lib.SNAPSHOT:
     per_seq = (ssm + conv) * (1 + min(R, cfg.capacity)) + inputs + y
     return B * per_seq + params
-  else:
-    win_row = C * ab + H * 4
-    per_seq = 2 * (ssm + conv) + min(R, cfg.capacity) * win_row + inputs + y + 8
-    return B * per_seq + replayed * win_row + params
-  return B * per_seq + params
+  win_row = C * ab + H * 4
+  per_seq = 2 * (ssm + conv) + min(R, cfg.capacity) * win_row + inputs + y + 8
+  return B * per_seq + replayed * win_row + params
 
 
 # ----------------------------------------------------------------------------------------------

@@ -69,6 +69,10 @@ def _host_int_array(name, a, B):
     raise TypeError(f"{name}: expected integers, got {arr.dtype}")
   if arr.shape != (B,):
     raise ValueError(f"{name}: expected shape [{B}], got {list(arr.shape)}")
+  info = np.iinfo(np.int32)
+  bad = np.flatnonzero((arr < info.min) | (arr > info.max))
+  if bad.size:
+    raise ValueError(f"{name}[{bad[0]}]={arr[bad[0]]}: expected an int32 value")
   return arr.astype(np.int32)
 
 
@@ -110,20 +114,7 @@ def _check_call(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_ro
                      f"(use m2v_jax.prefill for longer chunks)")
   E = _check_state(cfg, state, xbc.dtype)
 
-  if cache_indices is None:
-    if E != B:
-      raise ValueError(f"cache_indices: required when the pool has {E} entries for a batch of {B}")
-  elif _is_host(cache_indices):
-    ci = _host_int_array("cache_indices", cache_indices, B)
-    for b, e in enumerate(ci):
-      if not -1 <= e < E:
-        raise ValueError(f"cache_indices[{b}]={e}: expected -1 (padding) or 0 <= index < {E}")
-    live = ci[ci >= 0]
-    if len(np.unique(live)) != len(live):
-      raise ValueError(f"cache_indices: an entry appears twice in one call: {ci.tolist()}")
-    cache_indices = ci
-  else:
-    _expect("cache_indices", cache_indices, (B,), (jnp.int32,))
+  cache_indices = _check_cache_indices(cache_indices, B, E)
 
   if num_rows is not None:
     if R > cfg.capacity:
@@ -139,6 +130,24 @@ def _check_call(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_ro
 
   state_row = _check_state_row(cfg, state, state_row, B, cache_indices)
   return state_row, cache_indices, num_rows
+
+
+def _check_cache_indices(cache_indices, B, E):
+  if cache_indices is None:
+    if E != B:
+      raise ValueError(f"cache_indices: required when the pool has {E} entries for a batch of {B}")
+    return None
+  if not _is_host(cache_indices):
+    _expect("cache_indices", cache_indices, (B,), (jnp.int32,))
+    return cache_indices
+  ci = _host_int_array("cache_indices", cache_indices, B)
+  for b, e in enumerate(ci):
+    if not -1 <= e < E:
+      raise ValueError(f"cache_indices[{b}]={e}: expected -1 (padding) or 0 <= index < {E}")
+  live = ci[ci >= 0]
+  if len(np.unique(live)) != len(live):
+    raise ValueError(f"cache_indices: an entry appears twice in one call: {ci.tolist()}")
+  return ci
 
 
 def _check_state_row(cfg, state, state_row, B, cache_indices):
@@ -177,17 +186,13 @@ def _check_state_row(cfg, state, state_row, B, cache_indices):
 # ----------------------------------------------------------------------------------------------
 
 
-def _plan(cfg, backend, state, xbc, R, z, tiles=None):
+def _plan(cfg, backend, state, xbc, R, z, tiles=None, B=None):
+  """The kernels' static plan; a fold (R = 0) passes no xbc and gives B."""
   return verify_kernels.Plan(
-      cfg=cfg, R=R, E=state.ssm.shape[0], B=xbc.shape[0], has_z=z is not None,
-      y_dtype=jnp.dtype(xbc.dtype), conv_dtype=jnp.dtype(state.conv.dtype),
-      tiles=tiles or config_lib.tile_config(cfg), interpret=backend == config_lib.INTERPRET)
-
-
-def _defaults(B, R, cache_indices, num_rows):
-  ci = jnp.arange(B, dtype=jnp.int32) if cache_indices is None else jnp.asarray(cache_indices, jnp.int32)
-  nr = jnp.full((B,), R, jnp.int32) if num_rows is None else jnp.asarray(num_rows, jnp.int32)
-  return ci, nr
+      cfg=cfg, R=R, E=state.ssm.shape[0], B=B if xbc is None else xbc.shape[0],
+      has_z=z is not None, y_dtype=jnp.dtype(state.win_xbc.dtype if xbc is None else xbc.dtype),
+      conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or config_lib.tile_config(cfg),
+      interpret=backend == config_lib.INTERPRET)
 
 
 def _kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices, num_rows,
@@ -203,7 +208,7 @@ def _kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
 def _call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, backend,
           chunked):
   B, R, _ = xbc.shape
-  cache_indices, num_rows = _defaults(B, R, cache_indices, num_rows)
+  cache_indices, num_rows = verify_kernels.index_defaults(B, R, cache_indices, num_rows)
   if backend == config_lib.REFERENCE:
     fn = reference.snapshot_call if isinstance(state, SnapshotState) else reference.compact_call
     return fn(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
@@ -269,15 +274,22 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   R - capacity >= 64 on the kernel backends); the last capacity rows always run through the
   serial kernel, in both modes alike, so the modes stay bitwise identical across a prefill.
 
-  Args, returns and errors: as `verify` (no `num_rows`), plus `chunked`.
+  Args, returns and errors: as `verify` (no `num_rows`), plus `chunked` (ignored by the
+  reference backend, which always runs the serial recurrence). The chunked kernel needs
+  headdim >= 16 and dstate >= 16 (Triton's smallest dot); smaller geometries run serially,
+  and `chunked=True` for them raises ValueError.
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, _ = _check_call(
       cfg, params, state, xbc, dt, state_row, z, cache_indices, None, verify=False)
   _check_backend(cfg, backend)
   R = xbc.shape[1]
+  if chunked and not prefill_kernels.supported(cfg) and backend == config_lib.PALLAS:
+    raise ValueError(f"chunked: the chunked kernel needs headdim >= 16 and dstate >= 16, got "
+                     f"{cfg.headdim} and {cfg.dstate}")
   if chunked is None:
-    chunked = R - cfg.capacity >= prefill_kernels.MIN_ROWS
+    chunked = (R - cfg.capacity >= prefill_kernels.MIN_ROWS
+               and (prefill_kernels.supported(cfg) or backend == config_lib.INTERPRET))
   chunked = bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
   return _call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z, cache_indices,
                None, cfg=cfg, backend=backend, chunked=chunked)
@@ -300,10 +312,7 @@ def fold_kernel(cfg, backend, params, state: CompactState, state_row, cache_indi
   Returns the new CompactState (pending counts of valid sequences set to 0).
   """
   B = state_row.shape[0]
-  plan = verify_kernels.Plan(
-      cfg=cfg, R=0, E=state.ssm.shape[0], B=B, has_z=False, y_dtype=state.win_xbc.dtype,
-      conv_dtype=jnp.dtype(state.conv.dtype), tiles=config_lib.tile_config(cfg),
-      interpret=backend == config_lib.INTERPRET)
+  plan = _plan(cfg, backend, state, None, 0, None, B=B)
   zeros = jnp.zeros((B,), jnp.int32)
   return verify_kernels.run(plan, params, state, None, None, state_row, None, cache_indices,
                             zeros)[1]
@@ -312,16 +321,17 @@ def fold_kernel(cfg, backend, params, state: CompactState, state_row, cache_indi
 @functools.partial(jax.jit, static_argnames=("cfg", "backend"))
 def _committed(params, state, state_row, cache_indices, *, cfg, backend):
   B = state_row.shape[0]
-  cache_indices, _ = _defaults(B, 0, cache_indices, None)
+  cache_indices, _ = verify_kernels.index_defaults(B, 0, cache_indices, None)
   if backend == config_lib.REFERENCE or isinstance(state, SnapshotState):
     return reference.committed_state(cfg, params, state, state_row, cache_indices)
   E = state.ssm.shape[0]
-  safe = jnp.where((cache_indices >= 0) & (cache_indices < E), cache_indices, 0)
-  valid, _, _ = verify_kernels.sequence_status(True, cfg.capacity, E, 0, cache_indices, state_row,
-                                               jnp.zeros_like(state_row), state.pending[safe])
-  folded = fold_kernel(cfg, backend, params, state, state_row, cache_indices)
-  nan = lambda a: jnp.where(valid.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.nan).astype(a.dtype)
-  return nan(folded.ssm[safe]), nan(folded.conv[safe])
+  safe, valid, _ = verify_kernels.entry_status(cfg, state, state_row, 0, cache_indices)
+  # Fold a gathered copy of the B addressed entries, not the pool: the fold kernels alias
+  # their state, so folding the (undonated) pool would copy all E entries.
+  sub = CompactState(*(leaf[safe] for leaf in state))
+  own = jnp.where((cache_indices >= 0) & (cache_indices < E), jnp.arange(B, dtype=jnp.int32), -2)
+  folded = fold_kernel(cfg, backend, params, sub, state_row, own)
+  return reference.mask_invalid(folded.ssm, valid), reference.mask_invalid(folded.conv, valid)
 
 
 def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row, *,
@@ -347,12 +357,14 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
     ValueError / TypeError: wrong shapes or dtypes, host `state_row` out of range.
   """
   backend = config_lib.resolve_backend(backend)
-  dtype = state.win_xbc.dtype if isinstance(state, CompactState) else state.conv.dtype
-  _check_state(cfg, state, dtype)
-  B = np.shape(state_row)[0] if np.ndim(state_row) else state.ssm.shape[0]
-  if cache_indices is None and state.ssm.shape[0] != B:
-    raise ValueError(f"cache_indices: required when the pool has {state.ssm.shape[0]} entries "
-                     f"for a batch of {B}")
+  if not isinstance(cfg, Mamba2Config):
+    raise TypeError(f"cfg: expected m2v_jax.Mamba2Config, got {type(cfg).__name__}")
+  params_lib.check_params(cfg, params)
+  _check_backend(cfg, backend)
+  _check_state(cfg, state, _activation_dtype(state))
+  E = state.ssm.shape[0]
+  B = np.shape(state_row)[0] if np.ndim(state_row) else E
+  cache_indices = _check_cache_indices(cache_indices, B, E)
   state_row = _check_state_row(cfg, state, state_row, B, cache_indices)
   return _committed(params, state, jnp.asarray(state_row, jnp.int32),
                     None if cache_indices is None else jnp.asarray(cache_indices, jnp.int32),
@@ -360,11 +372,16 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
 
 
 def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row,
-                  to_cfg: Mamba2Config, *, backend: str | None = None):
+                  to_cfg: Mamba2Config, *, dtype=None, backend: str | None = None):
   """Converts a pool between the modes through its committed states (E == B).
 
   The new pool starts every entry from the committed state at `state_row`; the next call
   uses `state_row = 0`.
+
+  Args:
+    dtype: activation dtype of the calls that follow. Default: a compact pool's window
+      dtype, or a snapshot pool's conv dtype (pass it when that conv state is float32 and
+      the activations are not).
 
   Raises:
     ValueError: `to_cfg` with another geometry.
@@ -373,8 +390,12 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
                                                                 capacity=None):
     raise ValueError(f"to_cfg: expected the geometry of cfg, got {to_cfg} for {cfg}")
   ssm, conv = committed_state(cfg, params, state, state_row, backend=backend)
-  dtype = state.win_xbc.dtype if isinstance(state, CompactState) else state.conv.dtype
-  return state_lib.state_from_committed(to_cfg, ssm, conv, dtype)
+  return state_lib.state_from_committed(to_cfg, ssm, conv, dtype or _activation_dtype(state))
+
+
+def _activation_dtype(state):
+  """The activation dtype a pool implies: the compact window's, else the conv state's."""
+  return state.win_xbc.dtype if isinstance(state, CompactState) else state.conv.dtype
 
 
 def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indices=None,
@@ -384,14 +405,8 @@ def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indi
   Reasons: `state_row` out of range (snapshot: [0, S); compact: [0, pending), or exactly 0
   with nothing pending), an entry outside the pool, `num_rows` outside [1, R].
   """
-  B = state_row.shape[0]
-  ci, nr = _defaults(B, R, cache_indices, num_rows)
-  E = state.ssm.shape[0]
-  safe = jnp.where((ci >= 0) & (ci < E), ci, 0)
-  pending = state.pending[safe] if isinstance(state, CompactState) else jnp.zeros_like(ci)
-  valid, pad, _ = verify_kernels.sequence_status(isinstance(state, CompactState), cfg.capacity,
-                                                 E, R, ci, jnp.asarray(state_row, jnp.int32),
-                                                 nr, pending)
+  _, valid, pad = verify_kernels.entry_status(cfg, state, jnp.asarray(state_row, jnp.int32), R,
+                                              cache_indices, num_rows)
   return ~valid & ~pad
 
 
@@ -400,7 +415,7 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   """`verify` plus a `checkify.Error` that names the first sequence the call rejected.
 
   Returns:
-    (y, new_state, err). `err.throw()` raises `checkify.FailedCheckError` with a message like
+    (y, new_state, err). `err.throw()` raises an error (checkify's) with a message like
     "state_row rejected for sequence 2: state_row=9 ..." if any sequence was invalid (the
     results are still those of `verify`: that sequence untouched, its y NaN). `err.get()`
     returns the message or None without raising. Checking costs a device-to-host read when
@@ -412,7 +427,7 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   first = jnp.argmax(bad).astype(jnp.int32)
   row = jnp.asarray(state_row, jnp.int32)[first]
   if isinstance(state, CompactState):
-    ci, _ = _defaults(bad.shape[0], 0, kwargs.get("cache_indices"), None)
+    ci, _ = verify_kernels.index_defaults(bad.shape[0], 0, kwargs.get("cache_indices"), None)
     pend = state.pending[jnp.clip(ci[first], 0, state.ssm.shape[0] - 1)]
   else:
     pend = jnp.int32(cfg.capacity)

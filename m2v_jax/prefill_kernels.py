@@ -46,6 +46,12 @@ MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel b
 CHUNK = 64           # rows per chunk (L)
 
 
+def supported(cfg: config_lib.Mamba2Config) -> bool:
+  """Whether the compiled chunked kernel takes this geometry: its dots need every dimension
+  >= 16 (P tile and N), the smallest Triton dot."""
+  return cfg.headdim >= 16 and cfg.dstate >= 16
+
+
 @dataclasses.dataclass(frozen=True)
 class ChunkPlan:
   """Static description of a chunked-scan launch.
@@ -175,10 +181,7 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   compact = isinstance(state, CompactState)
   Rb = R - cap
   Rp = -(-Rb // chunk) * chunk
-  safe = jnp.where((cache_indices >= 0) & (cache_indices < E), cache_indices, 0)
-  pending = state.pending[safe] if compact else jnp.zeros_like(safe)
-  valid, _, _ = verify_kernels.sequence_status(compact, cap, E, R, cache_indices, state_row,
-                                               jnp.full_like(safe, R), pending)
+  safe, valid, _ = verify_kernels.entry_status(cfg, state, state_row, R, cache_indices)
   if compact:
     state = fold_kernel(cfg, backend, params, state, state_row, cache_indices)
     conv0 = state.conv[safe]
@@ -208,6 +211,5 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail], tail_row,
                               None if z is None else z[:, tail], cache_indices,
                               jnp.full((B,), cap, jnp.int32))
-  y_body = jnp.where(valid[:, None, None], y_body[:, :Rb], jnp.nan)
-  y_body = jnp.where((cache_indices == -1)[:, None, None], 0.0, y_body).astype(xbc.dtype)
+  y_body = reference.finish_y(y_body[:, :Rb], valid, cache_indices == -1, xbc.dtype)
   return jnp.concatenate([y_body, y_tail], axis=1), state

@@ -115,7 +115,8 @@ def _entries(state_pool_size, Bsz, cache_indices):
   return idx, in_pool, pad, safe
 
 
-def _finish_y(y, valid, pad, dtype):
+def finish_y(y, valid, pad, dtype):
+  """y with NaN rows for rejected sequences and zeros for padding, in `dtype`."""
   y = jnp.where(valid[:, None, None], y, jnp.nan)
   y = jnp.where(pad[:, None, None], 0.0, y)
   return y.astype(dtype)
@@ -156,7 +157,7 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   ssm = _scatter(state.ssm, idx, valid, jnp.concatenate([new_ssm, state.ssm[safe, keep:]], 1))
   conv = _scatter(state.conv, idx, valid,
                   jnp.concatenate([new_conv, state.conv[safe, keep:]], 1))
-  return _finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
+  return finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
 
 
 def compact_valid_rows(state_row, pending):
@@ -214,7 +215,7 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
       win_dt=_scatter(state.win_dt, idx, valid, new_dt),
       pending=_scatter(state.pending, idx, valid, n - commit),
   )
-  return _finish_y(y, valid, pad, xbc.dtype), new_state
+  return finish_y(y, valid, pad, xbc.dtype), new_state
 
 
 def committed_state(cfg, params, state, state_row, cache_indices=None):
@@ -235,8 +236,12 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
     ok = in_pool & compact_valid_rows(state_row, state.pending[safe])
     ssm, conv, _ = fold(cfg, params, state, state_row, safe)
     conv = conv.astype(state.conv.dtype)
-  nan = lambda a: jnp.where(ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.nan).astype(a.dtype)
-  return nan(ssm), nan(conv)
+  return mask_invalid(ssm, ok), mask_invalid(conv, ok)
+
+
+def mask_invalid(a, ok):
+  """a with the rows b where ok[b] is False replaced by NaN (dtype kept)."""
+  return jnp.where(ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.nan).astype(a.dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -55,7 +55,10 @@ def process_dt(dt_raw, dt_bias, dt_limit):
       and is skipped.
   """
   dt = dt_raw + dt_bias
-  dt = jnp.where(dt <= SOFTPLUS_THRESHOLD, jnp.log1p(jnp.exp(dt)), dt)
+  # The minimum leaves every selected value unchanged; it keeps exp finite in the branch that
+  # is not selected, so gradients (training through the reference) stay finite.
+  dt = jnp.where(dt <= SOFTPLUS_THRESHOLD,
+                 jnp.log1p(jnp.exp(jnp.minimum(dt, SOFTPLUS_THRESHOLD))), dt)
   lo, hi = dt_limit
   if lo > 0.0:
     dt = jnp.maximum(dt, lo)

@@ -19,8 +19,8 @@ processing and the state update with the same code as the call that first ran th
 (`rowmath`), so both modes produce bitwise the same states. The conv state at any pending
 row is the last K-1 raw inputs up to it, which the window also provides.
 
-Memory per entry at Nemotron-3.5-Bolt geometry: snapshot S=8: 8 x (4 MiB + 120 KiB); compact
-W=8: 4 MiB + 120 KiB + 8 x (20 KiB bf16 xBC + 512 B dt).
+Memory per entry at Nemotron-3.5-Bolt geometry with bf16 activations and conv state: snapshot
+S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 4 B.
 """
 
 from __future__ import annotations
@@ -159,18 +159,26 @@ def reset_entries(state: State, entries, ssm=None, conv=None) -> State:
 
   Args:
     state: either mode's pool [E, ...].
-    entries: [n] int32 pool entries to reset.
+    entries: [n] int32 pool entries to reset (-1 entries are skipped).
     ssm: optional [n, H, P, N] float32 committed states (prefix-cache restore).
     conv: optional [n, C, K-1] committed conv states.
   """
   entries = jnp.asarray(entries, jnp.int32)
   n = entries.shape[0]
+  E = state.ssm.shape[0]
+  target = jnp.where((entries >= 0) & (entries < E), entries, E)    # -1 (padding): no entry
   out = []
   for name, leaf in zip(type(state)._fields, state):
     fresh = jnp.zeros((n,) + leaf.shape[1:], leaf.dtype)
     given = {"ssm": ssm, "conv": conv}.get(name)
     if given is not None:
-      given = jnp.asarray(given, leaf.dtype)
+      given = jnp.asarray(given)
+      want = (n,) + (leaf.shape[2:] if isinstance(state, SnapshotState) else leaf.shape[1:])
+      if given.shape != want:
+        raise ValueError(f"{name}: expected shape {list(want)}, got {list(given.shape)}")
+      if name == "conv" and given.dtype not in (jnp.dtype(jnp.float32), leaf.dtype):
+        raise TypeError(f"conv: expected float32 or {leaf.dtype}, got {given.dtype}")
+      given = given.astype(leaf.dtype)
       fresh = fresh.at[:, 0].set(given) if isinstance(state, SnapshotState) else given
-    out.append(leaf.at[entries].set(fresh))
+    out.append(leaf.at[target].set(fresh, mode="drop"))
   return type(state)(*out)

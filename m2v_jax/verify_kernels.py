@@ -178,6 +178,15 @@ def _when(active, fn):
     pl.when(active)(fn)
 
 
+def _kept(i, first, active, fn):
+  """Runs the store `fn` of row i if the row is kept (i >= first: R > capacity keeps only the
+  last rows; `first` is static) and active."""
+  if first:
+    pl.when(i >= first)(fn)
+  else:
+    _when(active, fn)
+
+
 def _if(active, fn, carry):
   """fn(carry) where `active` (a traced scalar; None = always), else carry, as a branch."""
   if active is None:
@@ -217,6 +226,29 @@ def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pend
     n_replay = jnp.zeros_like(row)
   n_ok = (n >= 1) & (n <= R) if R else (n == 0)
   return in_pool & row_ok & n_ok, entry == -1, n_replay
+
+
+def entry_status(cfg: config_lib.Mamba2Config, state, state_row, R: int, cache_indices,
+                 num_rows=None):
+  """(safe entry [B], valid [B], padding [B]) of a call of R rows, computed on the device
+  with the kernels' rule (`verify_kernels.sequence_status`)."""
+  B = state_row.shape[0]
+  ci, nr = index_defaults(B, R, cache_indices, num_rows)
+  E = state.ssm.shape[0]
+  safe = jnp.where((ci >= 0) & (ci < E), ci, 0)
+  compact = cfg.replay_mode == config_lib.COMPACT
+  pending = state.pending[safe] if compact else jnp.zeros_like(ci)
+  valid, pad, _ = sequence_status(compact, cfg.capacity, E, R, ci,
+                                                 jnp.asarray(state_row, jnp.int32), nr, pending)
+  return safe, valid, pad
+
+
+def index_defaults(B, R, cache_indices, num_rows):
+  """cache_indices (default arange(B)) and num_rows (default R) as int32 [B] arrays."""
+  ci = (jnp.arange(B, dtype=jnp.int32) if cache_indices is None
+        else jnp.asarray(cache_indices, jnp.int32))
+  nr = jnp.full((B,), R, jnp.int32) if num_rows is None else jnp.asarray(num_rows, jnp.int32)
+  return ci, nr
 
 
 def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
@@ -299,19 +331,14 @@ def _prep_kernel(*refs, plan: Plan):
       if plan.compact:
         def store_window():
           wx_out[e, i - commit, cs] = raw.astype(wx_out.dtype)
+        _kept(i, commit, active, store_window)
         if commit:
-          pl.when(i >= commit)(store_window)
           pl.when(i == commit - 1)(lambda: store_conv_base(cs, new_win))
-        else:
-          _when(active, store_window)
       else:
         def store_snapshot():
           for j in range(K1):
             conv_out[e, i - first_kept, cs, j] = new_win[j].astype(plan.conv_dtype)
-        if first_kept:
-          pl.when(i >= first_kept)(store_snapshot)
-        else:
-          _when(active, store_snapshot)
+        _kept(i, first_kept, active, store_snapshot)
       return _sel(active, new_win, win)
 
     _rows(0, plan.R, n, load_new, new_row, win, new_in)
@@ -350,10 +377,7 @@ def _prep_kernel(*refs, plan: Plan):
           if plan.compact:
             def store_window():
               wdt_out[e, i - commit, hs] = raw
-            if commit:
-              pl.when(i >= commit)(store_window)
-            else:
-              _when(active, store_window)
+            _kept(i, commit, active, store_window)
           return c
 
         _rows(0, plan.R, n, load_new, new_row, 0, new_in)
@@ -475,10 +499,7 @@ def _ssm_kernel(*refs, plan: Plan):
       else:
         def store_snapshot():
           ssm_out[e, i - first_kept, h, ps, :] = new_st
-        if first_kept:
-          pl.when(i >= first_kept)(store_snapshot)
-        else:
-          _when(active, store_snapshot)
+        _kept(i, first_kept, active, store_snapshot)
       return _sel(active, new_st, st)
 
     _rows(0, plan.R, n, load_new, new_row, st, new_in)

@@ -226,3 +226,19 @@ def test_load_schedules_agree_bitwise(backend, prefetch, unroll):
   assert_bitwise(out[0][0], out[1][0], "y")
   for name, a, b in zip(type(out[0][1])._fields, out[0][1], out[1][1]):
     assert_bitwise(a, b, name)
+
+
+def test_convert_snapshot_with_float32_conv_to_compact(backend):
+  """bf16 activations with a float32 conv state convert to a bf16 compact pool."""
+  snap = small_cfg()
+  comp = snap.replace(replay_mode="compact")
+  p = m.random_params(snap, 9)
+  rng = np.random.default_rng(9)
+  state = m.init_state(snap, 2, jnp.bfloat16, conv_dtype=jnp.float32)
+  xbc, dt = inputs(snap, 2, 8, jnp.bfloat16, rng=rng)
+  _, state = m.verify(snap, p, state, xbc, dt, [0, 0], backend=backend)
+  converted = m.convert_state(snap, p, state, [4, 6], comp, dtype=jnp.bfloat16, backend=backend)
+  assert converted.win_xbc.dtype == jnp.bfloat16 and converted.conv.dtype == jnp.float32
+  y_c, _ = m.verify(comp, p, converted, xbc, dt, [0, 0], backend=backend)
+  y_s, _ = m.verify(snap, p, state, xbc, dt, [4, 6], backend=backend)
+  assert_bitwise(y_c, y_s, "converted pool continues like the original")

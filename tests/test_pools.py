@@ -171,3 +171,29 @@ def test_two_way_head_sharding_matches_one_device(mode):
     for name, a, b in zip(type(one)._fields, one, back):
       assert_bitwise(a, b, f"{name} (R={R})")
     rows = rng.integers(0, R, Bsz).astype(np.int32)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_restored_entry_continues_like_the_original(backend, mode):
+  """reset_entries with a captured committed state: the new entry continues bitwise like
+  the entry it was captured from."""
+  cfg = small_cfg(mode=mode)
+  p = m.random_params(cfg, 9)
+  rng = np.random.default_rng(9)
+  state = m.init_state(cfg, 4, jnp.float32)
+  xbc, dt = inputs(cfg, 2, 8, rng=rng)
+  _, state = m.verify(cfg, p, state, xbc, dt, [0, 0], cache_indices=[0, 1], backend=backend)
+  ssm, conv = m.committed_state(cfg, p, state, [5], cache_indices=[1], backend=backend)
+  state = m.reset_entries(state, [3, -1], ssm=jnp.concatenate([ssm, ssm]),
+                          conv=jnp.concatenate([conv, conv]))
+  x1, d1 = inputs(cfg, 1, 8, rng=rng)
+  y, state = m.verify(cfg, p, state, jnp.concatenate([x1, x1]), jnp.concatenate([d1, d1]),
+                      [5, 0], cache_indices=[1, 3], backend=backend)
+  assert_bitwise(np.asarray(y)[0], np.asarray(y)[1], "restored entry vs original")
+
+
+def test_reset_entries_checks_shapes():
+  cfg = small_cfg()
+  state = m.init_state(cfg, 4, jnp.float32)
+  with pytest.raises(ValueError, match=r"ssm: expected shape \[1, 4, 8, 16\]"):
+    m.reset_entries(state, [2], ssm=jnp.zeros((1, 4, 8, 8)))

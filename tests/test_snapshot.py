@@ -3,7 +3,6 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.experimental import checkify
 
 import m2v_jax as m
 from m2v_jax import reference
@@ -125,6 +124,7 @@ def test_device_side_invalid_state_row(backend):
 @pytest.mark.parametrize("rows,match", [
     ([0, 8], r"state_row\[1\]=8: expected 0 <= state_row < S=8"),
     ([-1, 0], r"state_row\[0\]=-1: expected 0 <= state_row < S=8"),
+    ([0, 2 ** 32 + 3], r"state_row\[1\]=4294967299: expected an int32 value"),
 ])
 def test_host_invalid_state_row_raises_and_keeps_state(backend, rows, match):
   cfg = small_cfg()
@@ -133,7 +133,7 @@ def test_host_invalid_state_row_raises_and_keeps_state(backend, rows, match):
   before = copy_state(state)
   xbc, dt = inputs(cfg, 2, 3)
   with pytest.raises(ValueError, match=match):
-    m.verify(cfg, p, state, xbc, dt, np.array(rows, np.int32), backend=backend)
+    m.verify(cfg, p, state, xbc, dt, np.array(rows), backend=backend)
   for a, b in zip(state, before):          # not donated, not modified
     assert_bitwise(a, b, "state after a rejected call")
 
@@ -146,7 +146,7 @@ def test_verify_checked_names_the_sequence(backend):
   rows = jnp.asarray([0, 1, 9], jnp.int32)
   y, state, err = m.verify_checked(cfg, p, state, xbc, dt, rows, backend=backend)
   assert np.all(np.isnan(np.asarray(y)[2])) and not np.any(np.isnan(np.asarray(y)[:2]))
-  with pytest.raises(checkify.FailedCheckError, match="sequence 2: state_row=9"):
+  with pytest.raises(Exception, match="sequence 2: state_row=9"):
     err.throw()
   _, _, ok = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32), backend=backend)
   assert ok.get() is None
