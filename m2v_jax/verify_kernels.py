@@ -231,7 +231,7 @@ def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pend
 def entry_status(cfg: config_lib.Mamba2Config, state, state_row, R: int, cache_indices,
                  num_rows=None):
   """(safe entry [B], valid [B], padding [B]) of a call of R rows, computed on the device
-  with the kernels' rule (`verify_kernels.sequence_status`)."""
+  with the kernels' rule (`sequence_status`)."""
   B = state_row.shape[0]
   ci, nr = index_defaults(B, R, cache_indices, num_rows)
   E = state.ssm.shape[0]
@@ -239,7 +239,7 @@ def entry_status(cfg: config_lib.Mamba2Config, state, state_row, R: int, cache_i
   compact = cfg.replay_mode == config_lib.COMPACT
   pending = state.pending[safe] if compact else jnp.zeros_like(ci)
   valid, pad, _ = sequence_status(compact, cfg.capacity, E, R, ci,
-                                                 jnp.asarray(state_row, jnp.int32), nr, pending)
+                                  jnp.asarray(state_row, jnp.int32), nr, pending)
   return safe, valid, pad
 
 
