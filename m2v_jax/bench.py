@@ -307,10 +307,6 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
                    flops=ssd_flops(cfg, B, R) if (chunked or dense) else None), (params, xbc, dt)
 
 
-def _fmt_us(s):
-  return f"{s * 1e6:9.2f}"
-
-
 # ----------------------------------------------------------------------------------------------
 # Suites
 # ----------------------------------------------------------------------------------------------

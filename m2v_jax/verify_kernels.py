@@ -228,6 +228,12 @@ def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pend
   return in_pool & row_ok & n_ok, entry == -1, n_replay
 
 
+def safe_entry(entry, E: int):
+  """The pool entry to address: `entry` when it is in [0, E), else 0 (then only masked
+  work uses it)."""
+  return jnp.where((entry >= 0) & (entry < E), entry, 0)
+
+
 def entry_status(cfg: config_lib.Mamba2Config, state, state_row, R: int, cache_indices,
                  num_rows=None):
   """(safe entry [B], valid [B], padding [B]) of a call of R rows, computed on the device
@@ -235,7 +241,7 @@ def entry_status(cfg: config_lib.Mamba2Config, state, state_row, R: int, cache_i
   B = state_row.shape[0]
   ci, nr = index_defaults(B, R, cache_indices, num_rows)
   E = state.ssm.shape[0]
-  safe = jnp.where((ci >= 0) & (ci < E), ci, 0)
+  safe = safe_entry(ci, E)
   compact = cfg.replay_mode == config_lib.COMPACT
   pending = state.pending[safe] if compact else jnp.zeros_like(ci)
   valid, pad, _ = sequence_status(compact, cfg.capacity, E, R, ci,
@@ -253,7 +259,7 @@ def index_defaults(B, R, cache_indices, num_rows):
 
 def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
   entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
-  safe = jnp.where((entry >= 0) & (entry < plan.E), entry, 0)
+  safe = safe_entry(entry, plan.E)
   pending = pend_ref[safe] if plan.compact else jnp.int32(0)
   valid, pad, n_replay = sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry, row, n,
                                          pending)
@@ -438,7 +444,7 @@ def _ssm_kernel(*refs, plan: Plan):
 
   pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
-  e = jnp.where((entry >= 0) & (entry < plan.E), entry, 0)
+  e = safe_entry(entry, plan.E)
   info = info_ref[b]                         # rows to replay, or -1: rejected (from prep)
   valid, pad, n_rep = info >= 0, entry == -1, jnp.maximum(info, 0)
   n = jnp.clip(n_ref[b], 0, plan.R)
