@@ -6,7 +6,8 @@ state plus the raw inputs of the pending rows, replayed in registers on the next
 See README.md and BUILD.md.
 """
 
-from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, Mamba2Config, TileConfig, parse_replay_mode,
+from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, ChunkTiles, Mamba2Config, TileConfig,
+                            parse_replay_mode, chunk_tile_config,
                             resolve_backend, set_default_backend, tile_config)
 from m2v_jax.ops import (committed_state, convert_state, invalid_sequences, prefill, verify,
                          verify_checked)

@@ -229,7 +229,7 @@ def _inputs(cfg, B, R, dtype, seed=0):
   return xbc, dt
 
 
-def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False):
+def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_tiles=None):
   """`(state, params, xbc, dt) -> state` for one verify/prefill call (kernels or reference)."""
   rows = jnp.broadcast_to(jnp.asarray(state_row, jnp.int32), (B,))
   ci = jnp.arange(B, dtype=jnp.int32)
@@ -242,7 +242,7 @@ def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False):
       return call(cfg, params, state, xbc, dt, rows, None, ci, nr)[1]
     if chunked:
       return ops._call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg, backend=backend,
-                       chunked=True)[1]
+                       chunked=True, chunk_tiles=chunk_tiles)[1]
     return ops._kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr, tiles)[1]
 
   return fn
@@ -272,7 +272,7 @@ def dense_ssd_fn(cfg, chunk=64, precision=None):
 
 def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
                 tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=16,
-                pending=True):
+                pending=True, chunk_tiles=None):
   """A Case for a steady-state call. Compact states are warmed so that `capacity` rows are
   pending and `state_row` replays state_row + 1 of them (`pending=False` clears the window
   before every call instead)."""
@@ -287,7 +287,7 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
       print(f"dense SSD baseline: {type(err).__name__}: {err}; using Precision.HIGHEST")
       fn = dense_ssd_fn(cfg, precision=lax.Precision.HIGHEST)
   else:
-    fn = verify_fn(cfg, B, R, state_row, backend, tiles, chunked)
+    fn = verify_fn(cfg, B, R, state_row, backend, tiles, chunked, chunk_tiles)
   warm = None
   if cfg.replay_mode == config_lib.COMPACT:
     wx, wd = _inputs(cfg, B, cfg.capacity, dtype, seed=1)
@@ -362,36 +362,76 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
   return rows_out
 
 
-def suite_sweep(bw, banks, blocks, dtype, batches=(1,)):
-  """Tile sweep at R=8, state_row 7: (block_p, num_warps) and prefetch depth of the SSM
-  kernel and, last, the fori_loop (not unrolled) variant of the default. Ratio: time of the
-  variant over time of the default (the first row)."""
+def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
+                shapes_only=False):
+  """Tile sweep at R=8, state_row 7: (block_p, num_warps) of the SSM kernel, then (unless
+  `shapes_only`) its prefetch depth, prep's (block_c, prep_warps) and the fori_loop (not
+  unrolled) variant of the default. Ratio: time of the variant over time of the default
+  (the first row of each group)."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   default = config_lib.tile_config(snap)
+  shapes = [(16, 4), (4, 1), (8, 1), (2, 1), (8, 2), (16, 2), (32, 4)]
   variants = [default] + [dataclasses.replace(default, block_p=bp, num_warps=w)
-                          for bp, w in ((16, 8), (8, 4), (32, 8))
-                          if (bp, w) != (default.block_p, default.num_warps)]
-  variants += [dataclasses.replace(default, prefetch=d) for d in (1, 2, 8, None)
-               if d != default.prefetch]
-  variants.append(dataclasses.replace(default, unroll=False))
+                          for bp, w in shapes if (bp, w) != (default.block_p, default.num_warps)]
+  if not shapes_only:
+    variants += [dataclasses.replace(default, block_p=4, num_warps=1, prefetch=d)
+                 for d in (2, 8, None) if d != default.prefetch]
+    variants += [dataclasses.replace(default, block_p=4, num_warps=1, block_c=bc, prep_warps=pw)
+                 for bc, pw in ((32, 1), (64, 2))]
+    variants.append(dataclasses.replace(default, unroll=False))
   for B in batches:
     nb = banks if B == 1 else 3
-    for cfg in (snap, comp):
+    for cfg in (c for c in (snap, comp) if c.replay_mode in modes):
       cases = []
       for tiles in variants:
         c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
                            name=f"{cfg.replay_mode} B={B} block_p={tiles.block_p} "
                                 f"warps={tiles.num_warps} prefetch={tiles.prefetch} "
-                                f"unroll={tiles.unroll}")
+                                f"unroll={tiles.unroll} block_c={tiles.block_c} "
+                                f"prep_warps={tiles.prep_warps}")
         cases.append(c)
       t = time_cases(cases, max(5, blocks // 3))
       for c in cases:
         rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
                              if c is not cases[0] else None))
+      print(format_rows(rows_out[-len(cases):]), flush=True)
+      del cases
   return rows_out
+
+
+def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
+  """Chunked-prefill tiles at B=1, snapshot mode: chunk length, block_p, warps, pipelining
+  stages. A variant that fails to compile is reported and skipped. Ratio: variant over the
+  default (first row)."""
+  del banks
+  snap = _geom
+  params = params_lib.random_params(snap)
+  default = config_lib.chunk_tile_config(snap)
+  shapes = [(64, 64, 4, 1), (64, 64, 8, 1), (64, 32, 4, 1), (64, 16, 4, 1), (32, 32, 4, 1),
+            (32, 16, 4, 1), (32, 16, 8, 1), (64, 32, 4, 2), (32, 16, 4, 2), (16, 16, 4, 1)]
+  variants = [default]
+  for v in shapes:
+    tiles = config_lib.ChunkTiles(*v)
+    tiles = dataclasses.replace(tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p))
+    if tiles not in variants:
+      variants.append(tiles)
+  cases = []
+  for tiles in variants:
+    name = (f"chunked B=1 R={R} chunk={tiles.chunk} block_p={tiles.block_p} "
+            f"warps={tiles.num_warps} stages={tiles.num_stages}")
+    try:
+      c, _ = verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,
+                         chunk_tiles=tiles, name=name)
+      c.states = c.step(c.states, c.args)
+      cases.append(c)
+    except Exception as err:  # a variant the Triton compiler rejects
+      print(f"{name}: {type(err).__name__}: {str(err)[:300]}", flush=True)
+  t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
+  return [_row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
+               if c is not cases[0] else None) for c in cases]
 
 
 def suite_breakdown(dtype):
@@ -460,7 +500,7 @@ def format_rows(rows) -> str:
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("suites", ["main", "batch", "prefill", "breakdown"],
-                  "suites to run: main, batch, sweep, prefill, breakdown")
+                  "suites to run: main, batch, sweep, chunk_sweep, prefill, breakdown")
 flags.DEFINE_string("out", None, "write the results as JSON here")
 flags.DEFINE_integer("banks", 8, "rotating state sets per case")
 flags.DEFINE_integer("blocks", 15, "timed blocks per case")
@@ -469,6 +509,9 @@ flags.DEFINE_enum("geometry", "bolt", list(GEOMETRY), "layer geometry (small: a 
 flags.DEFINE_enum("backend", config_lib.PALLAS, list(config_lib.BACKENDS), "kernel backend")
 flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch suite")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
+flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
+flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
+flags.DEFINE_bool("sweep_shapes_only", False, "sweep only (block_p, num_warps)")
 flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 
 
@@ -492,7 +535,9 @@ def main(argv):
       results[suite] = suite_breakdown(dtype)
       print(f"\n## {suite}\n" + json.dumps(results[suite], indent=1), flush=True)
     else:
-      fn = dict(main=suite_main, sweep=suite_sweep,
+      sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],
+                                modes=FLAGS.sweep_modes, shapes_only=FLAGS.sweep_shapes_only)
+      fn = dict(main=suite_main, sweep=sweep, chunk_sweep=suite_chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
                 )[suite]

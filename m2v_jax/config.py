@@ -216,3 +216,34 @@ def tile_config(cfg: Mamba2Config) -> TileConfig:
     block_p = pow2_divisor(cfg.headdim, 16)
     warps = 4 if block_p * cfg.dstate >= 1024 else 1
   return TileConfig(block_p=block_p, num_warps=warps)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkTiles:
+  """Launch parameters of the chunked-scan (prefill) kernel.
+
+  Attributes:
+    chunk: rows per chunk (L; a power of two >= 16).
+    block_p: P rows per program (>= 16: the smallest Triton dot).
+    num_warps: warps per program.
+    num_stages: software-pipelining depth of the loop over chunks (1: each chunk's loads wait
+      for the previous chunk; 2+: the next chunk's loads are issued during this one).
+  """
+
+  chunk: int = 64
+  block_p: int = 64
+  num_warps: int = 4
+  num_stages: int = 1
+
+
+# Measured on the H200 (BENCHMARKS.md, "chunked prefill sweep"); keyed by (nheads, headdim, dstate).
+_CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {}
+
+
+def chunk_tile_config(cfg: Mamba2Config) -> ChunkTiles:
+  """The chunked-scan tiles for `cfg`'s geometry: a measured table entry, else the default
+  (block_p shrunk to divide headdim)."""
+  key = (cfg.nheads, cfg.headdim, cfg.dstate)
+  tiles = _CHUNK_TILE_TABLE.get(key, ChunkTiles())
+  return dataclasses.replace(tiles, block_p=pow2_divisor(cfg.headdim, tiles.block_p))
+

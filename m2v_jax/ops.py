@@ -204,9 +204,10 @@ def _kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
                             num_rows)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked"), donate_argnums=(1,))
+@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "chunk_tiles"),
+                   donate_argnums=(1,))
 def _call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, backend,
-          chunked):
+          chunked, chunk_tiles=None):
   B, R, _ = xbc.shape
   cache_indices, num_rows = verify_kernels.index_defaults(B, R, cache_indices, num_rows)
   if backend == config_lib.REFERENCE:
@@ -214,7 +215,8 @@ def _call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg,
     return fn(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
   if chunked:
     return prefill_kernels.chunked_call(cfg, backend, params, state, xbc, dt, state_row, z,
-                                        cache_indices, _kernel_call, fold_kernel)
+                                        cache_indices, _kernel_call, fold_kernel,
+                                        tiles=chunk_tiles)
   return _kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
                       num_rows)
 

@@ -43,7 +43,6 @@ from m2v_jax.state import CompactState, SnapshotState
 f32 = jnp.float32
 
 MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
-CHUNK = 64           # rows per chunk (L)
 
 
 def supported(cfg: config_lib.Mamba2Config) -> bool:
@@ -65,6 +64,7 @@ class ChunkPlan:
     chunk: rows per chunk (a power of two, >= 16).
     block_p: P rows per program.
     num_warps: warps per program.
+    num_stages: software-pipelining depth of the loop over chunks.
     interpret: Pallas interpret mode.
   """
 
@@ -74,9 +74,10 @@ class ChunkPlan:
   B: int
   has_z: bool
   y_dtype: jnp.dtype
-  chunk: int = CHUNK
+  chunk: int = 64
   block_p: int = 64
   num_warps: int = 4
+  num_stages: int = 1
   interpret: bool = False
 
 
@@ -153,7 +154,7 @@ def chunk_scan_call(plan: ChunkPlan):
       grid=(P // plan.block_p, H, plan.B),
       out_shape=(ssm_shape, sds((plan.B, plan.Rp, cfg.d_inner), plan.y_dtype)),
       input_output_aliases={n_in: 0},
-      num_warps=plan.num_warps, num_stages=1, interpret=plan.interpret,
+      num_warps=plan.num_warps, num_stages=plan.num_stages, interpret=plan.interpret,
       name=f"m2v_chunk_scan_{cfg.replay_mode}")
 
 
@@ -168,17 +169,20 @@ def body_inputs(cfg, params, conv0, xbc, dt, Rp):
 
 
 def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                 kernel_call, fold_kernel, chunk: int = CHUNK, block_p: int | None = None,
-                 num_warps: int = 4):
+                 kernel_call, fold_kernel,
+                 tiles: config_lib.ChunkTiles | None = None):
   """A prefill call whose body runs through the chunked scan (see the module docstring).
 
-  `kernel_call` runs the serial kernels (ops._kernel_call); `fold_kernel` the compact pre-pass.
+  `kernel_call` runs the serial kernels (ops._kernel_call); `fold_kernel` the compact pre-pass;
+  `tiles` overrides the chunk-tile table (`config.chunk_tile_config`).
   """
   B, R, _ = xbc.shape
   cap = cfg.capacity
   E = state.ssm.shape[0]
   interpret = backend == config_lib.INTERPRET
   compact = isinstance(state, CompactState)
+  tiles = tiles or config_lib.chunk_tile_config(cfg)
+  chunk = tiles.chunk
   Rb = R - cap
   Rp = -(-Rb // chunk) * chunk
   safe, valid, _ = verify_kernels.entry_status(cfg, state, state_row, R, cache_indices)
@@ -194,8 +198,9 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   has_z = z is not None
   zb = [jnp.pad(z[:, :Rb], [(0, 0), (0, Rp - Rb), (0, 0)])] if has_z else []
   plan = ChunkPlan(cfg=cfg, Rp=Rp, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
-                   chunk=chunk, block_p=config_lib.pow2_divisor(cfg.headdim, block_p or 64),
-                   num_warps=num_warps, interpret=interpret)
+                   chunk=chunk, block_p=config_lib.pow2_divisor(cfg.headdim, tiles.block_p),
+                   num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+                   interpret=interpret)
   ssm, y_body = chunk_scan_call(plan)(
       cache_indices, state_row, valid.astype(jnp.int32), post, dtp, *zb, params.A_log,
       params.D, state.ssm)

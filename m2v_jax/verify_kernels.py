@@ -159,9 +159,15 @@ def _rows(start, stop, bound, load, body, carry, pre):
   """Runs `body(i, inputs, carry, active)` over rows i in [start, stop) below `bound`.
 
   With `pre` (from `_prefetch`) every row of [start, stop) is emitted, unrolled, with
-  `active = i < bound` (traced): the body selects its carry with `_sel` and guards its side
-  effects with `_when`. Without, a `fori_loop` over [start, bound) that loads each row's
-  inputs in the loop, with `active = None` (always active).
+  `active = i < bound` (traced): the body guards its side effects with `_when`. Without, a
+  `fori_loop` over [start, bound) that loads each row's inputs in the loop, with
+  `active = None` (always active).
+
+  Carries: `active` only falls (i < bound), so once a row is inactive every later row is too.
+  A body whose carry is read only by its own row's guarded side effects (the new rows of a
+  verify-sized call: unrolled only when R <= capacity, so no unguarded commit store) may
+  return its new carry unselected; a body whose carry outlives the loop (the replayed rows,
+  which become the base) must select it with `_sel` or branch with `_if`.
   """
   if pre is not None:
     ahead, handles = pre
@@ -345,7 +351,8 @@ def _prep_kernel(*refs, plan: Plan):
           for j in range(K1):
             conv_out[e, i - first_kept, cs, j] = new_win[j].astype(plan.conv_dtype)
         _kept(i, first_kept, active, store_snapshot)
-      return _sel(active, new_win, win)
+      assert active is None or not (commit or first_kept)   # see `_rows` on carries
+      return new_win
 
     _rows(0, plan.R, n, load_new, new_row, win, new_in)
 
@@ -506,7 +513,8 @@ def _ssm_kernel(*refs, plan: Plan):
         def store_snapshot():
           ssm_out[e, i - first_kept, h, ps, :] = new_st
         _kept(i, first_kept, active, store_snapshot)
-      return _sel(active, new_st, st)
+      assert active is None or not (commit or first_kept)   # see `_rows` on carries
+      return new_st
 
     _rows(0, plan.R, n, load_new, new_row, st, new_in)
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU check and benchmark in one run (one device call). Results go to $OUT (default
-# ./gpu_out): device.txt, a log per stage, and bench.json, batch.json, prefill.json, sweep.json.
+# ./gpu_out): device.txt, a log per stage, and bench.json, batch.json, prefill.json, sweep.json,
+# chunk_sweep.json.
 # M2V_STAGES picks stages (default: all, in this order); M2V_LIMIT_<STAGE> caps a stage's
-# seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k).
+# seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k); M2V_SWEEP_ARGS adds flags to the
+# sweep (e.g. "--sweep_batches=32 --sweep_modes=compact --sweep_shapes_only").
 #   OUT=/tmp/gpu bash tests/run_gpu.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +12,7 @@ OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
-STAGES=${M2V_STAGES:-decode gpu_tests bench batch prefill sweep suite}
+STAGES=${M2V_STAGES:-decode gpu_tests bench batch prefill sweep chunk_sweep suite}
 status=0
 stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   local name=$1 var="M2V_LIMIT_${1^^}"; local limit=${!var:-$2}; shift 2
@@ -32,7 +34,10 @@ for s in $STAGES; do
     prefill) stage prefill 150 $PY -m m2v_jax.bench --suites=prefill --out="$OUT/prefill.json" ;;
     decode) stage decode 90 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --abba_prompts=3 ;;
-    sweep) stage sweep 150 $PY -m m2v_jax.bench --suites=sweep --out="$OUT/sweep.json" ;;
+    sweep) stage sweep 150 $PY -m m2v_jax.bench --suites=sweep --out="$OUT/sweep.json" \
+             ${M2V_SWEEP_ARGS:-} ;;
+    chunk_sweep) stage chunk_sweep 120 $PY -m m2v_jax.bench --suites=chunk_sweep \
+                   --out="$OUT/chunk_sweep.json" ;;
     suite) stage suite_tests 600 $PY -m pytest -q -x tests -m "not gpu" -p no:cacheprovider ;;
   esac
 done
