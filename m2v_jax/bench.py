@@ -403,26 +403,39 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
 
 
 def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
-  """Chunked-prefill tiles at B=1, snapshot mode: chunk length, block_p, warps, pipelining
-  stages. A variant that fails to compile is reported and skipped. Ratio: variant over the
-  default (first row)."""
+  """Chunked-prefill tiles at B=1, snapshot mode: chunk length, the state-passing kernel's
+  block_p, warps and pipelining stages, the chunk-local kernel's warps. Each variant's
+  final state is also checked against the serial kernel's from the same start (max abs
+  difference over max abs value, `rel_err`). A variant that fails to compile is reported
+  and skipped. Ratio: variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)
   default = config_lib.chunk_tile_config(snap)
-  shapes = [(64, 64, 4, 1), (64, 64, 8, 1), (64, 32, 4, 1), (64, 16, 4, 1), (32, 32, 4, 1),
-            (32, 16, 4, 1), (32, 16, 8, 1), (64, 32, 4, 2), (32, 16, 4, 2), (16, 16, 4, 1)]
+  shapes = [(64, 64, 8, 1, 8), (64, 16, 8, 1, 8), (64, 32, 4, 1, 8), (64, 32, 8, 2, 8),
+            (64, 32, 8, 1, 4), (32, 16, 8, 1, 4), (32, 32, 8, 1, 8), (128, 32, 8, 1, 8)]
   variants = [default]
   for v in shapes:
     tiles = config_lib.ChunkTiles(*v)
     tiles = dataclasses.replace(tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p))
     if tiles not in variants:
       variants.append(tiles)
-  cases = []
+  xbc, dt = _inputs(snap, 1, R, dtype)
+  rng = np.random.default_rng(5)
+  start = state_lib.init_state(snap, 1, dtype)
+  start = start._replace(ssm=jnp.asarray(rng.normal(size=start.ssm.shape), jnp.float32))
+  copy = lambda s: jax.tree.map(jnp.copy, s)
+  rows = jnp.zeros((1,), jnp.int32)
+  want = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
+                   backend=_backend_name, chunked=False)[1].ssm[0, -1]
+  cases, errs = [], {}
   for tiles in variants:
     name = (f"chunked B=1 R={R} chunk={tiles.chunk} block_p={tiles.block_p} "
-            f"warps={tiles.num_warps} stages={tiles.num_stages}")
+            f"warps={tiles.num_warps} stages={tiles.num_stages} local_warps={tiles.local_warps}")
     try:
+      got = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
+                      backend=_backend_name, chunked=True, chunk_tiles=tiles)[1].ssm[0, -1]
+      errs[name] = float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
       c, _ = verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,
                          chunk_tiles=tiles, name=name)
       c.states = c.step(c.states, c.args)
@@ -430,8 +443,13 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
     except Exception as err:  # a variant the Triton compiler rejects
       print(f"{name}: {type(err).__name__}: {str(err)[:300]}", flush=True)
   t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
-  return [_row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
-               if c is not cases[0] else None) for c in cases]
+  out = []
+  for c in cases:
+    row = _row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
+               if c is not cases[0] else None)
+    row["name"] += f" (rel_err {errs[c.name]:.1e})"
+    out.append(row)
+  return out
 
 
 def suite_breakdown(dtype):

@@ -224,16 +224,18 @@ class ChunkTiles:
 
   Attributes:
     chunk: rows per chunk (L; a power of two >= 16).
-    block_p: P rows per program (>= 16: the smallest Triton dot).
-    num_warps: warps per program.
-    num_stages: software-pipelining depth of the loop over chunks (1: each chunk's loads wait
+    block_p: P rows per program of the state-passing kernel (>= 16: the smallest Triton dot).
+    num_warps: warps per program of the state-passing kernel.
+    num_stages: software-pipelining depth of its loop over chunks (1: each chunk's loads wait
       for the previous chunk; 2+: the next chunk's loads are issued during this one).
+    local_warps: warps per program of the chunk-local kernel (one program per chunk and head).
   """
 
   chunk: int = 64
-  block_p: int = 64
-  num_warps: int = 4
+  block_p: int = 32
+  num_warps: int = 8
   num_stages: int = 1
+  local_warps: int = 8
 
 
 # Measured on the H200 (BENCHMARKS.md, "chunked prefill sweep"); keyed by (nheads, headdim, dstate).

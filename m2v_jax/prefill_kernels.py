@@ -11,15 +11,18 @@ The body:
 1. conv and dt processing for all body rows at once, in XLA (`reference.conv_prefill`,
    `rowmath.process_dt`, the same per-element code as the kernels), padded to a multiple of
    the chunk length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
-2. the chunked scan kernel, grid (P / block_p, H, B): each program keeps a [block_p, N]
-   state tile in registers and walks the chunks of its sequence in order. Per chunk of L
-   rows (Mamba-2 paper, §6, the SSD algorithm):
-     acum  = cumsum(dt * A)                                  log decay from the chunk start
+2. the chunked scan, two kernels. Per chunk of L rows (Mamba-2 paper, §6, the SSD
+   algorithm), with acum = cumsum(dt * A) the log decay from the chunk start:
      y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x       intra-chunk
            + exp(acum_t) · C stateᵀ + D x                            from the carried state
      state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
-   The four matmuls run on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`,
-   about float32 accuracy); the final state is written over the starting slot or base;
+   Pass 1 (`_chunk_local_kernel`, grid (chunks, H, B)) computes every chunk's terms that do
+   not depend on the carried state at once: the intra-chunk y and the chunk's own state
+   (its last line's second term), into float32 scratch. Pass 2 (`_chunk_pass_kernel`, grid
+   (P / block_p, H, B)) keeps a [block_p, N] state tile in registers and walks the chunks in
+   order: one small matmul (C stateᵀ) and an elementwise update per chunk. The matmuls run
+   on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`, about float32 accuracy);
+   the final state is written over the starting slot or base;
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
 """
@@ -65,6 +68,7 @@ class ChunkPlan:
     block_p: P rows per program.
     num_warps: warps per program.
     num_stages: software-pipelining depth of the loop over chunks.
+    local_warps: warps per program of the chunk-local pass.
     interpret: Pallas interpret mode.
   """
 
@@ -78,18 +82,60 @@ class ChunkPlan:
   block_p: int = 64
   num_warps: int = 4
   num_stages: int = 1
+  local_warps: int = 8
   interpret: bool = False
 
 
-def _chunk_kernel(*refs, plan: ChunkPlan):
+def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, alog_ref, yin_ref, s_ref, *, plan: ChunkPlan):
+  """Pass 1, grid (chunks, H, B), every chunk at once: the intra-chunk output
+  (C Bᵀ ∘ decay ∘ dt) x into `yin` [B, Rp, H*P] f32 and the chunk's state from a zero start,
+  (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32."""
+  cfg = plan.cfg
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN, L = cfg.d_inner, G * N, plan.chunk
+  c, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  g = h // cfg.heads_per_group
+  rows = pl.ds(c * L, L)
+  xcols = pl.ds(h * P, P)
+  dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
+
+  @pl.when(go_ref[b] > 0)
+  def _run():
+    x = xr_ref[b, rows, xcols]                                   # [L, P]
+    bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
+    cm = xr_ref[b, rows, pl.ds(HP + GN + g * N, N)]              # [L, N]
+    dtv = dtr_ref[b, rows, h]                                    # [L]
+    acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+    t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
+    s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
+    causal = t_idx >= s_idx
+    seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
+    w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
+    yin_ref[b, rows, xcols] = dot(dot(cm, bm, trans_b=True) * w_ts, x)
+    w_s = jnp.exp(acum_l - acum) * dtv                           # [L]
+    s_ref[b, c, h, :, :] = dot(x * w_s[:, None], bm, trans_a=True)
+
+
+def _log_decay(dtv, a_h, L):
+  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1]), written once for both
+  passes so that they compute the same values."""
+  acum = jnp.cumsum(dtv * a_h)
+  last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
+  return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
+
+
+def _chunk_pass_kernel(*refs, plan: ChunkPlan):
+  """Pass 2, grid (P / block_p, H, B), chunks in order: from the starting state, each chunk
+  adds C stateᵀ scaled by exp(acum) and D x to its intra-chunk output (and the gate), then
+  passes the state on: state = exp(acum_L) state + the chunk's own state."""
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, GN = cfg.d_inner, G * N
   BP, L = plan.block_p, plan.chunk
   compact = cfg.replay_mode == config_lib.COMPACT
   refs = list(refs)
-  idx_ref, slot_ref, go_ref, xr_ref, dtr_ref = refs[:5]
-  del refs[:5]
+  idx_ref, slot_ref, go_ref, xr_ref, dtr_ref, yin_ref, s_ref = refs[:7]
+  del refs[:7]
   z_ref = refs.pop(0) if plan.has_z else None
   alog_ref, d_ref, ssm_in, ssm_out, y_ref = refs
 
@@ -98,15 +144,9 @@ def _chunk_kernel(*refs, plan: ChunkPlan):
   g = h // cfg.heads_per_group
   ps = pl.ds(pid_p * BP, BP)
   xcols = pl.ds(h * P + pid_p * BP, BP)
-  bcols = pl.ds(HP + g * N, N)
   ccols = pl.ds(HP + GN + g * N, N)
   a_h = -jnp.exp(alog_ref[h])
   d_h = d_ref[h]
-  t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
-  s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
-  causal = t_idx >= s_idx
-  last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
-  dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
 
   @pl.when(go_ref[b] > 0)
   def _run():
@@ -117,22 +157,15 @@ def _chunk_kernel(*refs, plan: ChunkPlan):
 
     def chunk(c, st):
       rows = pl.ds(c * L, L)
-      x = xr_ref[b, rows, xcols]                       # [L, BP]
-      bm = xr_ref[b, rows, bcols]                      # [L, N]
-      cm = xr_ref[b, rows, ccols]                      # [L, N]
-      dtv = dtr_ref[b, rows, h]                        # [L]
-      acum = jnp.cumsum(dtv * a_h)                     # [L], <= 0, decreasing
-      acum_l = jnp.sum(jnp.where(last, acum, 0.0))     # acum[L-1], without a slice
-      seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
-      w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
-      y = dot(dot(cm, bm, trans_b=True) * w_ts, x)                     # [L, BP]
-      y = y + jnp.exp(acum)[:, None] * dot(cm, st, trans_b=True)       # C stateᵀ
-      y = y + d_h * x
+      x = xr_ref[b, rows, xcols]                                 # [L, BP]
+      cm = xr_ref[b, rows, ccols]                                # [L, N]
+      acum, acum_l = _log_decay(dtr_ref[b, rows, h], a_h, L)
+      cst = _backend.dot(cm, st, trans_b=True, interpret=plan.interpret)   # C stateᵀ
+      y = yin_ref[b, rows, xcols] + jnp.exp(acum)[:, None] * cst + d_h * x
       if plan.has_z:
         y = rowmath.gate(y, z_ref[b, rows, xcols].astype(f32))
       y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
-      w_s = jnp.exp(acum_l - acum) * dtv                               # [L]
-      return jnp.exp(acum_l) * st + dot(x * w_s[:, None], bm, trans_a=True)
+      return jnp.exp(acum_l) * st + s_ref[b, c, h, ps, :]
 
     st = lax.fori_loop(0, plan.Rp // L, chunk, st)
     if compact:
@@ -142,20 +175,36 @@ def _chunk_kernel(*refs, plan: ChunkPlan):
 
 
 def chunk_scan_call(plan: ChunkPlan):
-  """The chunked-scan kernel as a function of arrays (argument order of `_chunk_kernel`)."""
+  """The chunked scan (both passes) as a function of arrays:
+  `(cache_indices, slot, go, xr, dtr, [z], A_log, D, ssm) -> (ssm, y)`."""
   cfg = plan.cfg
   H, P, N, E, S = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, cfg.capacity
+  nc = plan.Rp // plan.chunk
   compact = cfg.replay_mode == config_lib.COMPACT
   sds = jax.ShapeDtypeStruct
   ssm_shape = sds((E, H, P, N), f32) if compact else sds((E, S, H, P, N), f32)
-  n_in = 5 + (1 if plan.has_z else 0) + 2
-  return _backend.pallas_call(
-      lambda *refs: _chunk_kernel(*refs, plan=plan),
+  local = _backend.pallas_call(
+      lambda *refs: _chunk_local_kernel(*refs, plan=plan),
+      grid=(nc, H, plan.B),
+      out_shape=(sds((plan.B, plan.Rp, cfg.d_inner), f32), sds((plan.B, nc, H, P, N), f32)),
+      input_output_aliases={}, num_warps=plan.local_warps, num_stages=1,
+      interpret=plan.interpret, name=f"m2v_chunk_local_{cfg.replay_mode}")
+  n_in = 7 + (1 if plan.has_z else 0) + 2
+  passing = _backend.pallas_call(
+      lambda *refs: _chunk_pass_kernel(*refs, plan=plan),
       grid=(P // plan.block_p, H, plan.B),
       out_shape=(ssm_shape, sds((plan.B, plan.Rp, cfg.d_inner), plan.y_dtype)),
       input_output_aliases={n_in: 0},
       num_warps=plan.num_warps, num_stages=plan.num_stages, interpret=plan.interpret,
-      name=f"m2v_chunk_scan_{cfg.replay_mode}")
+      name=f"m2v_chunk_pass_{cfg.replay_mode}")
+
+  def run(idx, slot, go, xr, dtr, *rest):
+    zs = rest[:1] if plan.has_z else ()
+    a_log, d, ssm = rest[len(zs):]
+    yin, s = local(go, xr, dtr, a_log)
+    return passing(idx, slot, go, xr, dtr, yin, s, *zs, a_log, d, ssm)
+
+  return run
 
 
 def body_inputs(cfg, params, conv0, xbc, dt, Rp):
@@ -200,7 +249,7 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   plan = ChunkPlan(cfg=cfg, Rp=Rp, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
                    chunk=chunk, block_p=config_lib.pow2_divisor(cfg.headdim, tiles.block_p),
                    num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-                   interpret=interpret)
+                   local_warps=tiles.local_warps, interpret=interpret)
   ssm, y_body = chunk_scan_call(plan)(
       cache_indices, state_row, valid.astype(jnp.int32), post, dtp, *zb, params.A_log,
       params.D, state.ssm)
