@@ -452,14 +452,18 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
   return out
 
 
-def suite_breakdown(dtype):
-  """Per-kernel device times from a profiler trace (B=1, R=8, state_row 7)."""
+def suite_breakdown(dtype, prefill_rows=4096):
+  """Per-kernel device times from a profiler trace: verify at B=1, R=8, state_row 7, in
+  both modes, and a chunked prefill of `prefill_rows` rows (B=1, snapshot mode)."""
   out = {}
   for mode in (config_lib.SNAPSHOT, config_lib.COMPACT):
     cfg = _geom.replace(replay_mode=mode)
     c, _ = verify_case(cfg, 1, 8, 7, 8, dtype)
     out[mode] = kernel_times(c)
     c.states = None
+  c, _ = verify_case(_geom, 1, prefill_rows, 0, 2, dtype, min_calls=1, chunked=True)
+  out[f"chunked R={prefill_rows}"] = kernel_times(c, steps=3)
+  c.states = None
   return out
 
 

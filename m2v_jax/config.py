@@ -233,13 +233,15 @@ class ChunkTiles:
 
   chunk: int = 64
   block_p: int = 32
-  num_warps: int = 8
+  num_warps: int = 4
   num_stages: int = 1
   local_warps: int = 8
 
 
 # Measured on the H200 (BENCHMARKS.md, "chunked prefill sweep"); keyed by (nheads, headdim, dstate).
-_CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {}
+_CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
+    (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=8),
+}
 
 
 def chunk_tile_config(cfg: Mamba2Config) -> ChunkTiles:

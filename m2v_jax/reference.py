@@ -250,14 +250,15 @@ def mask_invalid(a, ok):
 
 
 def conv_prefill(cfg, params, conv0, xbc):
-  """Causal conv over a whole chunk: post-conv [B, R, C] float32 and the final conv state."""
+  """Causal conv over a whole chunk: post-conv [B, R, C] float32 and the final conv state
+  [B, C, K-1] float32. Time-major throughout (no transpose of the [B, R, C] rows)."""
   K = cfg.d_conv
-  v = jnp.concatenate([conv0.astype(f32), jnp.swapaxes(xbc.astype(f32), 1, 2)], axis=-1)
   R = xbc.shape[1]
-  window = [v[..., k:k + R] for k in range(K)]                       # each [B, C, R]
-  taps = [params.conv_weight[:, k, None] for k in range(K)]
-  out = rowmath.conv_output(taps, window, params.conv_bias[:, None])
-  return jnp.swapaxes(out, 1, 2), v[..., R:]
+  v = jnp.concatenate([jnp.swapaxes(conv0.astype(f32), 1, 2), xbc.astype(f32)], axis=1)
+  window = [v[:, k:k + R, :] for k in range(K)]                      # each [B, R, C]
+  taps = [params.conv_weight[:, k] for k in range(K)]
+  out = rowmath.conv_output(taps, window, params.conv_bias)
+  return out, jnp.swapaxes(v[:, R:, :], 1, 2)
 
 
 def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
