@@ -103,3 +103,31 @@ def lower_for_cuda(fn, *args, donate_argnums=()):
       lowered = jax.jit(fn, donate_argnums=donate_argnums).trace(*args).lower(
           lowering_platforms=("cuda",))
   return lowered.as_text()
+
+
+def triton_kernels(fn, *args, donate_argnums=()):
+  """The Triton IR of every Pallas kernel in `jax.jit(fn)(*args)`, lowered for an H200.
+
+  Returns {kernel name: (Triton IR text without debug info, num_warps, num_stages)}. Works on
+  any machine (see `lower_for_cuda`); `m2v_jax.sass` compiles the IR offline to SASS.
+  """
+  import re
+  from jax._src.pallas.triton import lowering, pallas_call_registration as registration
+  irs = {}
+  original = registration.lowering.lower_jaxpr_to_triton_module
+
+  def capture(*a, **k):
+    result = original(*a, **k)
+    op = result.module.operation
+    irs[str(op.attributes["sym_name"]).strip('"')] = op.get_asm(enable_debug_info=False)
+    return result
+
+  registration.lowering.lower_jaxpr_to_triton_module = capture
+  try:
+    text = lower_for_cuda(fn, *args, donate_argnums=donate_argnums)
+  finally:
+    registration.lowering.lower_jaxpr_to_triton_module = original
+  del lowering
+  params = {m[1]: (int(m[3]), int(m[2])) for m in re.finditer(
+      r'name = "(\w+)", num_stages = (\d+) : i32, num_warps = (\d+) : i32', text)}
+  return {name: (ir,) + params[name] for name, ir in irs.items()}

@@ -64,3 +64,19 @@ def test_chunked_prefill_lowers(mode, R, z):
   text = lower(cfg, 2, R, z, chunked=True)
   # chunked scan (two passes) + serial tail (prep, ssm) + compact pre-pass fold (prep, ssm)
   assert text.count("__gpu$xla.gpu.triton") == (4 if mode == "snapshot" else 6)
+
+
+def test_triton_kernels_capture_ir_and_launch_params():
+  """`_backend.triton_kernels` (used by `m2v_jax.sass`) returns each kernel's Triton IR with
+  the launch parameters of the tile table."""
+  from m2v_jax import sass
+  cfg = m.BOLT.replace(replay_mode="compact")
+  kernels = sass.kernels_of_call(cfg, 1, 8)
+  assert sorted(kernels) == ["m2v_prep_compact_r8", "m2v_ssm_compact_r8"]
+  ir, warps, stages = kernels["m2v_ssm_compact_r8"]
+  tiles = m.tile_config(cfg)
+  assert (warps, stages) == (tiles.num_warps, tiles.num_stages)
+  assert "tt.func public @m2v_ssm_compact_r8" in ir and "loc(" not in ir
+  hist = sass.histogram("        /*0040*/                   FMUL R1, R2, R3 ;\n"
+                        "        /*0050*/              @!P0 FADD R1, R2, R3 ;\n")
+  assert hist == {"FMUL": 1, "FADD": 1}

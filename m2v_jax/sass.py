@@ -1,0 +1,97 @@
+"""Offline view of what the Triton compiler makes of the kernels, on a machine with no GPU.
+
+Lowers one call (Bolt geometry by default) for an H200, writes each kernel's Triton IR, and,
+where the upstream `triton` package is installed (`pip install triton`; it is not a
+dependency), compiles the IR for sm_90 with FMA contraction off (as XLA's Triton compiles
+Pallas kernels) and writes the TTGIR (layouts), PTX and SASS, with the registers, stack
+(spills) and an instruction histogram per kernel. Upstream Triton is not the Triton inside
+XLA, so read the result as a close proxy: it showed the layout conversions, the selects and
+the register spills discussed in BENCHMARKS.md.
+
+    python -m m2v_jax.sass --mode=compact --rows=8 --out=/tmp/sass
+    python -m m2v_jax.sass --mode=snapshot --rows=4096 --chunked --out=/tmp/sass
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+from m2v_jax import _backend, config as config_lib, ops, params as params_lib, state as state_lib
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
+flags.DEFINE_integer("rows", 8, "rows R of the call")
+flags.DEFINE_integer("batch", 1, "sequences B of the call")
+flags.DEFINE_bool("chunked", False, "a chunked prefill call (R > capacity)")
+flags.DEFINE_string("out", "/tmp/m2v_sass", "output directory")
+
+
+def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16):
+  """`_backend.triton_kernels` of one verify / prefill call of `cfg`."""
+  sds = jax.ShapeDtypeStruct
+  args = (params_lib.random_params(cfg), state_lib.state_shapes(cfg, B, dtype),
+          sds((B, R, cfg.conv_dim), dtype), sds((B, R, cfg.nheads), dtype), sds((B,), jnp.int32))
+
+  def f(p, s, x, d, r):
+    return ops._call(p, s, x, d, r, None, None, None, cfg=cfg, backend=config_lib.PALLAS,
+                     chunked=chunked)
+
+  return _backend.triton_kernels(f, *args, donate_argnums=(1,))
+
+
+def compile_sm90(ttir_path, num_warps, num_stages):
+  """Compiles a .ttir file with upstream Triton for sm_90; returns (ttgir, ptx, sass,
+  resource usage line)."""
+  import triton
+  from triton.backends.compiler import GPUTarget
+  kernel = triton.compile(ttir_path, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages,
+                                       enable_fp_fusion=False))
+  cubin = ttir_path[:-5] + ".cubin"
+  with open(cubin, "wb") as fh:
+    fh.write(kernel.asm["cubin"])
+  tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+  sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+  usage = subprocess.run([tool, "-res-usage", cubin], capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1].strip()
+  return kernel.asm["ttgir"], kernel.asm["ptx"], sass, usage
+
+
+def histogram(sass: str) -> collections.Counter:
+  """Instruction counts (opcode without modifiers) of a SASS listing."""
+  ops_ = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, re.M)
+  return collections.Counter(ops_)
+
+
+def main(argv):
+  del argv
+  cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode)
+  os.makedirs(FLAGS.out, exist_ok=True)
+  for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
+                                                   FLAGS.chunked).items():
+    path = os.path.join(FLAGS.out, name + ".ttir")
+    with open(path, "w") as fh:
+      fh.write(ir)
+    try:
+      ttgir, ptx, sass, usage = compile_sm90(path, warps, stages)
+    except ImportError:
+      print(f"{name}: wrote {path} (install triton to compile it)")
+      continue
+    for ext, text in (("ttgir", ttgir), ("ptx", ptx), ("sass", sass)):
+      with open(path[:-5] + "." + ext, "w") as fh:
+        fh.write(text)
+    hist = histogram(sass)
+    print(f"{name} (num_warps={warps}, num_stages={stages}): {usage}")
+    print(f"  {sum(hist.values())} instructions: " +
+          ", ".join(f"{op} {n}" for op, n in hist.most_common(12)))
+
+
+if __name__ == "__main__":
+  app.run(main)
