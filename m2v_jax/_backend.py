@@ -72,6 +72,12 @@ def isolate(x, interpret: bool):
 DOT_PRECISION = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
 
+def precision(interpret: bool = False):
+  """The matmul precision of the chunked scan, for dots inside kernels and XLA einsums
+  around them: `DOT_PRECISION` compiled, float32 (HIGHEST) in interpret mode on XLA:CPU."""
+  return lax.Precision.HIGHEST if interpret else DOT_PRECISION
+
+
 def dot(a, b, *, trans_a: bool = False, trans_b: bool = False, interpret: bool = False):
   """float32 op(a) @ op(b) of 2-D tiles inside a kernel, with the library's explicit precision.
 
@@ -79,8 +85,8 @@ def dot(a, b, *, trans_a: bool = False, trans_b: bool = False, interpret: bool =
   float32 (HIGHEST) there, which is at least as accurate.
   """
   dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
-  precision = lax.Precision.HIGHEST if interpret else DOT_PRECISION
-  return lax.dot_general(a, b, dims, precision=precision, preferred_element_type=jnp.float32)
+  return lax.dot_general(a, b, dims, precision=precision(interpret),
+                         preferred_element_type=jnp.float32)
 
 
 def abstract_h200_mesh():

@@ -16,9 +16,10 @@ The body:
      y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x       intra-chunk
            + exp(acum_t) · C stateᵀ + D x                            from the carried state
      state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
-   Pass 1 (`_chunk_local_kernel`, grid (chunks, H, B)) computes every chunk's terms that do
-   not depend on the carried state at once: the intra-chunk y and the chunk's own state
-   (its last line's second term), into float32 scratch. Pass 2 (`_chunk_pass_kernel`, grid
+   C Bᵀ is the same for every head of a group: one XLA einsum computes it per chunk and
+   group. Pass 1 (`_chunk_local_kernel`, grid (chunks, H, B)) computes every chunk's terms
+   that do not depend on the carried state at once: the intra-chunk y and the chunk's own
+   state (its last line's second term), into float32 scratch. Pass 2 (`_chunk_pass_kernel`, grid
    (P / block_p, H, B)) keeps a [block_p, N] state tile in registers and walks the chunks in
    order: one small matmul (C stateᵀ) and an elementwise update per chunk. The matmuls run
    on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`, about float32 accuracy);
@@ -86,13 +87,15 @@ class ChunkPlan:
   interpret: bool = False
 
 
-def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, alog_ref, yin_ref, s_ref, *, plan: ChunkPlan):
+def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, yin_ref, s_ref, *,
+                        plan: ChunkPlan):
   """Pass 1, grid (chunks, H, B), every chunk at once: the intra-chunk output
   (C Bᵀ ∘ decay ∘ dt) x into `yin` [B, Rp, H*P] f32 and the chunk's state from a zero start,
-  (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32."""
+  (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32. C Bᵀ is per group and
+  chunk (`cb` [B, chunks, G, L, L] f32, one XLA einsum for all heads)."""
   cfg = plan.cfg
-  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
-  HP, GN, L = cfg.d_inner, G * N, plan.chunk
+  P, N = cfg.headdim, cfg.dstate
+  HP, L = cfg.d_inner, plan.chunk
   c, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   g = h // cfg.heads_per_group
   rows = pl.ds(c * L, L)
@@ -103,7 +106,6 @@ def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, alog_ref, yin_ref, s_ref, *, pl
   def _run():
     x = xr_ref[b, rows, xcols]                                   # [L, P]
     bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
-    cm = xr_ref[b, rows, pl.ds(HP + GN + g * N, N)]              # [L, N]
     dtv = dtr_ref[b, rows, h]                                    # [L]
     acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
     t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
@@ -111,9 +113,21 @@ def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, alog_ref, yin_ref, s_ref, *, pl
     causal = t_idx >= s_idx
     seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
     w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
-    yin_ref[b, rows, xcols] = dot(dot(cm, bm, trans_b=True) * w_ts, x)
+    yin_ref[b, rows, xcols] = dot(cb_ref[b, c, g, :, :] * w_ts, x)
     w_s = jnp.exp(acum_l - acum) * dtv                           # [L]
     s_ref[b, c, h, :, :] = dot(x * w_s[:, None], bm, trans_a=True)
+
+
+def group_cb(cfg, xr, chunk: int, interpret: bool):
+  """C·Bᵀ of every chunk and group: [B, chunks, G, L, L] float32 from the post-conv rows
+  `xr` [B, Rp, C], one batched matmul at the scan's precision (`_backend.precision`)."""
+  Bsz, Rp, _ = xr.shape
+  G, N, HP = cfg.ngroups, cfg.dstate, cfg.d_inner
+  nc = Rp // chunk
+  bm = xr[..., HP:HP + G * N].reshape(Bsz, nc, chunk, G, N)
+  cm = xr[..., HP + G * N:HP + 2 * G * N].reshape(Bsz, nc, chunk, G, N)
+  return jnp.einsum("bctgn,bcsgn->bcgts", cm, bm, precision=_backend.precision(interpret),
+                    preferred_element_type=f32)
 
 
 def _log_decay(dtv, a_h, L):
@@ -183,6 +197,7 @@ def chunk_scan_call(plan: ChunkPlan):
   compact = cfg.replay_mode == config_lib.COMPACT
   sds = jax.ShapeDtypeStruct
   ssm_shape = sds((E, H, P, N), f32) if compact else sds((E, S, H, P, N), f32)
+  L = plan.chunk
   local = _backend.pallas_call(
       lambda *refs: _chunk_local_kernel(*refs, plan=plan),
       grid=(nc, H, plan.B),
@@ -201,7 +216,8 @@ def chunk_scan_call(plan: ChunkPlan):
   def run(idx, slot, go, xr, dtr, *rest):
     zs = rest[:1] if plan.has_z else ()
     a_log, d, ssm = rest[len(zs):]
-    yin, s = local(go, xr, dtr, a_log)
+    cb = group_cb(cfg, xr, L, plan.interpret)
+    yin, s = local(go, xr, dtr, cb, a_log)
     return passing(idx, slot, go, xr, dtr, yin, s, *zs, a_log, d, ssm)
 
   return run

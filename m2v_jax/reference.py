@@ -254,11 +254,13 @@ def conv_prefill(cfg, params, conv0, xbc):
   [B, C, K-1] float32. Time-major throughout (no transpose of the [B, R, C] rows)."""
   K = cfg.d_conv
   R = xbc.shape[1]
-  v = jnp.concatenate([jnp.swapaxes(conv0.astype(f32), 1, 2), xbc.astype(f32)], axis=1)
-  window = [v[:, k:k + R, :] for k in range(K)]                      # each [B, R, C]
+  # Joined in the inputs' common dtype (exact in float32 either way), converted per window.
+  common = jnp.promote_types(conv0.dtype, xbc.dtype)
+  v = jnp.concatenate([jnp.swapaxes(conv0, 1, 2).astype(common), xbc.astype(common)], axis=1)
+  window = [v[:, k:k + R, :].astype(f32) for k in range(K)]          # each [B, R, C]
   taps = [params.conv_weight[:, k] for k in range(K)]
   out = rowmath.conv_output(taps, window, params.conv_bias)
-  return out, jnp.swapaxes(v[:, R:, :], 1, 2)
+  return out, jnp.swapaxes(v[:, R:, :], 1, 2).astype(f32)
 
 
 def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
