@@ -118,22 +118,26 @@ def triton_kernels(fn, *args, donate_argnums=()):
   any machine (see `lower_for_cuda`); `m2v_jax.sass` compiles the IR offline to SASS.
   """
   import re
-  from jax._src.pallas.triton import lowering, pallas_call_registration as registration
+  from jax._src.pallas.triton import lowering
   irs = {}
-  original = registration.lowering.lower_jaxpr_to_triton_module
+  original = lowering.lower_jaxpr_to_triton_module
 
   def capture(*a, **k):
     result = original(*a, **k)
     op = result.module.operation
-    irs[str(op.attributes["sym_name"]).strip('"')] = op.get_asm(enable_debug_info=False)
+    name = str(op.attributes["sym_name"]).strip('"')
+    if name in irs:
+      raise ValueError(f"two kernels named {name}")
+    irs[name] = op.get_asm(enable_debug_info=False)
     return result
 
-  registration.lowering.lower_jaxpr_to_triton_module = capture
+  lowering.lower_jaxpr_to_triton_module = capture
   try:
     text = lower_for_cuda(fn, *args, donate_argnums=donate_argnums)
   finally:
-    registration.lowering.lower_jaxpr_to_triton_module = original
-  del lowering
+    lowering.lower_jaxpr_to_triton_module = original
   params = {m[1]: (int(m[3]), int(m[2])) for m in re.finditer(
       r'name = "(\w+)", num_stages = (\d+) : i32, num_warps = (\d+) : i32', text)}
+  if set(params) != set(irs):
+    raise ValueError(f"launch parameters not found for {sorted(set(irs) - set(params))}")
   return {name: (ir,) + params[name] for name, ir in irs.items()}

@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import gzip
 import json
-import math
 import os
 import platform
 import statistics
@@ -365,9 +364,13 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
 def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
                 shapes_only=False):
   """Tile sweep at R=8, state_row 7: (block_p, num_warps) of the SSM kernel, then (unless
-  `shapes_only`) its prefetch depth, prep's (block_c, prep_warps) and the fori_loop (not
-  unrolled) variant of the default. Ratio: time of the variant over time of the default
-  (the first row of each group)."""
+  `shapes_only`) its prefetch depth and prep's (block_c, prep_warps), both on the (4, 1)
+  tile (compare them with the (4, 1) row), and the fori_loop (not unrolled) variant of the
+  default. Ratio: time of the variant over time of the default (the first row of each
+  group)."""
+  unknown = set(modes) - {config_lib.SNAPSHOT, config_lib.COMPACT}
+  if unknown:
+    raise ValueError(f"sweep modes: expected snapshot and/or compact, got {sorted(unknown)}")
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)

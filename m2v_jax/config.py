@@ -223,8 +223,9 @@ class ChunkTiles:
   """Launch parameters of the chunked-scan (prefill) kernel.
 
   Attributes:
-    chunk: rows per chunk (L; a power of two >= 16).
-    block_p: P rows per program of the state-passing kernel (>= 16: the smallest Triton dot).
+    chunk: rows per chunk (L; a power of two, >= 16 compiled: the smallest Triton dot).
+    block_p: P rows per program of the state-passing kernel (a power of two, >= 16 compiled;
+      shrunk to divide headdim).
     num_warps: warps per program of the state-passing kernel.
     num_stages: software-pipelining depth of its loop over chunks (1: each chunk's loads wait
       for the previous chunk; 2+: the next chunk's loads are issued during this one).
@@ -236,6 +237,14 @@ class ChunkTiles:
   num_warps: int = 4
   num_stages: int = 1
   local_warps: int = 8
+
+  def __post_init__(self):
+    for name in ("chunk", "block_p", "num_warps", "local_warps"):
+      v = getattr(self, name)
+      if v < 1 or v & (v - 1):
+        raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
+    if self.num_stages < 1:
+      raise ValueError(f"ChunkTiles.num_stages: expected >= 1, got {self.num_stages}")
 
 
 # Measured on the H200 (BENCHMARKS.md, "chunked prefill sweep"); keyed by (nheads, headdim, dstate).

@@ -264,7 +264,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
 
 
 def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, state_row, *,
-            z=None, cache_indices=None, backend: str | None = None, chunked: bool | None = None):
+            z=None, cache_indices=None, backend: str | None = None, chunked: bool | None = None,
+            chunk_tiles: config_lib.ChunkTiles | None = None):
   """Runs a chunk of any length R >= 1 and hands off to the next call like a verify call.
 
   Snapshot mode: slot s holds the state after row R - S + s (R > S), or after row s (R <= S).
@@ -272,14 +273,17 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   0..R-W-1 are committed into the base and the last min(R, W) rows are left pending. The next
   call picks its `state_row` among the last min(R, capacity) rows in both modes.
 
-  Rows 0..R-capacity-1 run through the chunked SSD kernel when `chunked` (default: when
+  Rows 0..R-capacity-1 run through the chunked SSD scan when `chunked` (default: when
   R - capacity >= 64 on the kernel backends); the last capacity rows always run through the
   serial kernel, in both modes alike, so the modes stay bitwise identical across a prefill.
 
   Args, returns and errors: as `verify` (no `num_rows`), plus `chunked` (ignored by the
-  reference backend, which always runs the serial recurrence). The chunked kernel needs
-  headdim >= 16 and dstate >= 16 (Triton's smallest dot); smaller geometries run serially,
-  and `chunked=True` for them raises ValueError.
+  reference backend, which always runs the serial recurrence) and `chunk_tiles` (a
+  `ChunkTiles` overriding the measured table, `config.chunk_tile_config`). The chunked scan
+  needs a power-of-two divisor of headdim >= 16 and dstate >= 16 (Triton's smallest dot);
+  other geometries run serially, and `chunked=True` for them raises ValueError. Its float32
+  scratch grows with B x R (about 0.58 GB per sequence at Bolt geometry and R = 4096; see
+  `prefill_kernels`).
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, _ = _check_call(
@@ -287,14 +291,15 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   _check_backend(cfg, backend)
   R = xbc.shape[1]
   if chunked and not prefill_kernels.supported(cfg) and backend == config_lib.PALLAS:
-    raise ValueError(f"chunked: the chunked kernel needs headdim >= 16 and dstate >= 16, got "
-                     f"{cfg.headdim} and {cfg.dstate}")
+    raise ValueError(f"chunked: the chunked scan needs a power-of-two divisor of headdim "
+                     f">= 16 and dstate >= 16, got {cfg.headdim} and {cfg.dstate}")
   if chunked is None:
     chunked = (R - cfg.capacity >= prefill_kernels.MIN_ROWS
                and (prefill_kernels.supported(cfg) or backend == config_lib.INTERPRET))
   chunked = bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
   return _call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z, cache_indices,
-               None, cfg=cfg, backend=backend, chunked=chunked)
+               None, cfg=cfg, backend=backend, chunked=chunked,
+               chunk_tiles=chunk_tiles if chunked else None)
 
 
 def _check_backend(cfg, backend):

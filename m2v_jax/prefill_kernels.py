@@ -1,4 +1,4 @@
-"""Chunked (SSD) prefill: a Pallas kernel for the bulk of a long chunk, then the serial tail.
+"""Chunked (SSD) prefill: Pallas kernels for the bulk of a long chunk, then the serial tail.
 
 A prefill call of R > capacity rows is split the same way in both modes: rows 0..R-cap-1
 ("the body") run through the chunked scan below, the last `cap` rows through the serial
@@ -26,6 +26,11 @@ The body:
    the final state is written over the starting slot or base;
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
+
+Scratch per sequence (float32, Rp body rows padded to the chunk length L): post-conv rows
+Rp·C, C·Bᵀ (Rp/L)·G·L², intra-chunk y Rp·H·P, chunk states (Rp/L)·H·P·N; at Bolt geometry
+and R = 4096 about 168 + 8 + 134 + 268 MB = 0.58 GB, linear in B: callers prefilling many
+long prompts at once should split the batch.
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel b
 
 
 def supported(cfg: config_lib.Mamba2Config) -> bool:
-  """Whether the compiled chunked kernel takes this geometry: its dots need every dimension
-  >= 16 (P tile and N), the smallest Triton dot."""
-  return cfg.headdim >= 16 and cfg.dstate >= 16
+  """Whether the compiled chunked scan takes this geometry: its dots need every dimension
+  >= 16 (the smallest Triton dot), so headdim needs a power-of-two divisor >= 16 (its P
+  tiles) and dstate >= 16 (a power of two, as for every kernel)."""
+  return config_lib.pow2_divisor(cfg.headdim, 64) >= 16 and cfg.dstate >= 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,25 +92,31 @@ class ChunkPlan:
   local_warps: int = 8
   interpret: bool = False
 
+  @property
+  def local_block_p(self) -> int:
+    """P rows per chunk-local program: all of P up to 64, in power-of-two tiles."""
+    return config_lib.pow2_divisor(self.cfg.headdim, 64)
+
 
 def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, yin_ref, s_ref, *,
                         plan: ChunkPlan):
-  """Pass 1, grid (chunks, H, B), every chunk at once: the intra-chunk output
+  """Pass 1, grid (chunks, H x P / local_block_p, B), every chunk at once: the intra-chunk output
   (C Bᵀ ∘ decay ∘ dt) x into `yin` [B, Rp, H*P] f32 and the chunk's state from a zero start,
   (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32. C Bᵀ is per group and
   chunk (`cb` [B, chunks, G, L, L] f32, one XLA einsum for all heads)."""
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
-  HP, L = cfg.d_inner, plan.chunk
-  c, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  HP, L, BP = cfg.d_inner, plan.chunk, plan.local_block_p
+  c, hp, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  h, pid_p = hp // (P // BP), hp % (P // BP)
   g = h // cfg.heads_per_group
   rows = pl.ds(c * L, L)
-  xcols = pl.ds(h * P, P)
+  xcols = pl.ds(h * P + pid_p * BP, BP)
   dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
 
   @pl.when(go_ref[b] > 0)
   def _run():
-    x = xr_ref[b, rows, xcols]                                   # [L, P]
+    x = xr_ref[b, rows, xcols]                                   # [L, BP]
     bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
     dtv = dtr_ref[b, rows, h]                                    # [L]
     acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
@@ -115,7 +127,7 @@ def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, yin_ref, s_re
     w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
     yin_ref[b, rows, xcols] = dot(cb_ref[b, c, g, :, :] * w_ts, x)
     w_s = jnp.exp(acum_l - acum) * dtv                           # [L]
-    s_ref[b, c, h, :, :] = dot(x * w_s[:, None], bm, trans_a=True)
+    s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = dot(x * w_s[:, None], bm, trans_a=True)
 
 
 def group_cb(cfg, xr, chunk: int, interpret: bool):
@@ -131,8 +143,8 @@ def group_cb(cfg, xr, chunk: int, interpret: bool):
 
 
 def _log_decay(dtv, a_h, L):
-  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1]), written once for both
-  passes so that they compute the same values."""
+  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1]): one formula for both
+  passes (their summation order may differ with their warps: float32 rounding apart)."""
   acum = jnp.cumsum(dtv * a_h)
   last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
   return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
@@ -200,7 +212,7 @@ def chunk_scan_call(plan: ChunkPlan):
   L = plan.chunk
   local = _backend.pallas_call(
       lambda *refs: _chunk_local_kernel(*refs, plan=plan),
-      grid=(nc, H, plan.B),
+      grid=(nc, H * (P // plan.local_block_p), plan.B),
       out_shape=(sds((plan.B, plan.Rp, cfg.d_inner), f32), sds((plan.B, nc, H, P, N), f32)),
       input_output_aliases={}, num_warps=plan.local_warps, num_stages=1,
       interpret=plan.interpret, name=f"m2v_chunk_local_{cfg.replay_mode}")
@@ -249,6 +261,8 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   tiles = tiles or config_lib.chunk_tile_config(cfg)
   chunk = tiles.chunk
   Rb = R - cap
+  if Rb <= 0:
+    raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")
   Rp = -(-Rb // chunk) * chunk
   safe, valid, _ = verify_kernels.entry_status(cfg, state, state_row, R, cache_indices)
   if compact:

@@ -26,11 +26,15 @@ from absl import app, flags
 from m2v_jax import _backend, config as config_lib, ops, params as params_lib, state as state_lib
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
-flags.DEFINE_integer("rows", 8, "rows R of the call")
-flags.DEFINE_integer("batch", 1, "sequences B of the call")
-flags.DEFINE_bool("chunked", False, "a chunked prefill call (R > capacity)")
-flags.DEFINE_string("out", "/tmp/m2v_sass", "output directory")
+
+
+def _define_flags():
+  """The CLI's flags, defined only when run as a program (importing defines none)."""
+  flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
+  flags.DEFINE_integer("rows", 8, "rows R of the call")
+  flags.DEFINE_integer("batch", 1, "sequences B of the call")
+  flags.DEFINE_bool("chunked", False, "a chunked prefill call (R > capacity)")
+  flags.DEFINE_string("out", "/tmp/m2v_sass", "output directory")
 
 
 def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16):
@@ -94,4 +98,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

@@ -164,10 +164,11 @@ def _rows(start, stop, bound, load, body, carry, pre):
   `active = None` (always active).
 
   Carries: `active` only falls (i < bound), so once a row is inactive every later row is too.
-  A body whose carry is read only by its own row's guarded side effects (the new rows of a
-  verify-sized call: unrolled only when R <= capacity, so no unguarded commit store) may
-  return its new carry unselected; a body whose carry outlives the loop (the replayed rows,
-  which become the base) must select it with `_sel` or branch with `_if`.
+  The new rows of a verify-sized call (unrolled only when R <= capacity, so no unguarded
+  commit store) return their carry unselected: an inactive row's carry reaches only guarded
+  stores (skipped) and unguarded outputs that are never consumed (scratch `xr` rows of
+  inactive rows, y rows replaced by 0). A carry that outlives the loop (the replayed rows,
+  which become the base) is selected with `_sel` or branched with `_if`.
   """
   if pre is not None:
     ahead, handles = pre

@@ -162,7 +162,7 @@ def test_bolt_pool_batch32():
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_bolt_two_gpu_head_sharding(mode):
   """Bolt heads split over 2 GPUs (64 heads and 4 groups each, in the TP channel layout)
-  equal the one-GPU run, bitwise, over a prefill and verifies with partial acceptance."""
+  equal the one-GPU run, bitwise, over four verifies (R = 8, 5, 8, 8) with partial acceptance."""
   gpus = [d for d in jax.devices() if d.platform == "gpu"]
   if len(gpus) < 2:
     pytest.skip(f"needs 2 GPUs, found {len(gpus)}")

@@ -80,3 +80,12 @@ def test_triton_kernels_capture_ir_and_launch_params():
   hist = sass.histogram("        /*0040*/                   FMUL R1, R2, R3 ;\n"
                         "        /*0050*/              @!P0 FADD R1, R2, R3 ;\n")
   assert hist == {"FMUL": 1, "FADD": 1}
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_chunked_prefill_lowers_for_headdim_96(mode):
+  """headdim not a power of two: the chunked scan takes P in power-of-two tiles (32 here)."""
+  cfg = m.Mamba2Config(nheads=8, headdim=96, dstate=64, ngroups=2, replay_mode=mode)
+  assert m.ops.prefill_kernels.supported(cfg)
+  text = lower(cfg, 2, 136, chunked=True)
+  assert text.count("__gpu$xla.gpu.triton") == (4 if mode == "snapshot" else 6)

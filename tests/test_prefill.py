@@ -64,3 +64,51 @@ def test_one_prefill_equals_prefill_then_verify(backend):
   b = m.committed_state(cfg, p, two, [k - 1, k - 1], backend=backend)
   assert_close(a[0], b[0], 1e-5, "ssm")
   assert_close(a[1], b[1], 1e-6, "conv")
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_chunked_pool_padding_invalid_and_nan(backend, mode):
+  """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
+  padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
+  a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
+  the reference."""
+  import jax
+  cfg = small_cfg(mode=mode)
+  p = m.random_params(cfg, 31)
+  rng = np.random.default_rng(31)
+  E, B, R = 6, 4, 77
+  state = random_state(cfg, E, rng=rng)
+  if mode == "compact":
+    x8, d8 = inputs(cfg, E, 8, rng=rng)
+    _, state = m.verify(cfg, p, state, x8, d8, [0] * E, backend="reference")
+  idx = jnp.asarray([0, -1, 2, 4], jnp.int32)
+  rows = jnp.asarray([0, 0, -1, 3], jnp.int32)          # sequence 2: invalid row
+  xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+  xbc = xbc.at[3, 5, :3].set(jnp.nan)                    # sequence 3: NaN input
+  before = copy_state(state)
+  ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+  y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, cache_indices=idx,
+                          backend="reference")
+  run = jax.jit(lambda s, r, i: m.prefill(cfg, p, s, xbc, dt, r, z=z, cache_indices=i,
+                                          backend=backend, chunked=True))
+  y, got = run(state, rows, idx)
+  y = np.asarray(y)
+  assert_close(y[0], y_ref[0], 1e-5, "y of sequence 0")
+  assert not np.any(y[1]), "padding rows are zeros"
+  assert np.all(np.isnan(y[2])), "rejected sequence: NaN rows"
+  assert not np.any(np.isnan(y[0])) and np.any(np.isnan(y[3]))
+  for name, a, b, w in zip(type(got)._fields, got, before, want):
+    a, w = np.asarray(a), np.asarray(w)
+    for e in (1, 2, 3, 5):                               # unaddressed or rejected
+      assert_bitwise(a[e], b[e], f"{name} of entry {e}")
+    if name == "pending":
+      assert_bitwise(a[0], w[0], name)
+    else:
+      assert_close(a[0], w[0], 1e-5, f"{name} of entry 0")
+
+
+def test_chunk_tiles_are_checked():
+  with pytest.raises(ValueError, match="power of two"):
+    m.ChunkTiles(chunk=48)
+  with pytest.raises(ValueError, match="num_stages"):
+    m.ChunkTiles(num_stages=0)
