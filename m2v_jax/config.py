@@ -220,7 +220,7 @@ def tile_config(cfg: Mamba2Config) -> TileConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkTiles:
-  """Launch parameters of the chunked-scan (prefill) kernel.
+  """Launch parameters of the chunked-scan (prefill) kernels.
 
   Attributes:
     chunk: rows per chunk (L; a power of two, >= 16 compiled: the smallest Triton dot).
@@ -229,7 +229,8 @@ class ChunkTiles:
     num_warps: warps per program of the state-passing kernel.
     num_stages: software-pipelining depth of its loop over chunks (1: each chunk's loads wait
       for the previous chunk; 2+: the next chunk's loads are issued during this one).
-    local_warps: warps per program of the chunk-local kernel (one program per chunk and head).
+    local_warps: warps per program of the chunk-local kernel (one program per chunk, head
+      and P tile of up to 64).
   """
 
   chunk: int = 64
@@ -247,7 +248,8 @@ class ChunkTiles:
       raise ValueError(f"ChunkTiles.num_stages: expected >= 1, got {self.num_stages}")
 
 
-# Measured on the H200 (BENCHMARKS.md, "chunked prefill sweep"); keyed by (nheads, headdim, dstate).
+# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill tile sweep"); keyed by
+# (nheads, headdim, dstate).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
     (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=8),
 }

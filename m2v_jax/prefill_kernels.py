@@ -11,19 +11,20 @@ The body:
 1. conv and dt processing for all body rows at once, in XLA (`reference.conv_prefill`,
    `rowmath.process_dt`, the same per-element code as the kernels), padded to a multiple of
    the chunk length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
-2. the chunked scan, two kernels. Per chunk of L rows (Mamba-2 paper, §6, the SSD
-   algorithm), with acum = cumsum(dt * A) the log decay from the chunk start:
+2. the chunked scan: an XLA einsum and two kernels. Per chunk of L rows (Mamba-2 paper, §6,
+   the SSD algorithm), with acum = cumsum(dt * A) the log decay from the chunk start:
      y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x       intra-chunk
            + exp(acum_t) · C stateᵀ + D x                            from the carried state
      state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
-   C Bᵀ is the same for every head of a group: one XLA einsum computes it per chunk and
-   group. Pass 1 (`_chunk_local_kernel`, grid (chunks, H, B)) computes every chunk's terms
-   that do not depend on the carried state at once: the intra-chunk y and the chunk's own
-   state (its last line's second term), into float32 scratch. Pass 2 (`_chunk_pass_kernel`, grid
-   (P / block_p, H, B)) keeps a [block_p, N] state tile in registers and walks the chunks in
-   order: one small matmul (C stateᵀ) and an elementwise update per chunk. The matmuls run
-   on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`, about float32 accuracy);
-   the final state is written over the starting slot or base;
+   C Bᵀ is the same for every head of a group: one XLA einsum (`group_cb`) computes it per
+   chunk and group. Pass 1 (`_chunk_local_kernel`, grid (chunks, H x P tiles, B)) computes
+   every chunk's terms that do not depend on the carried state at once: the intra-chunk y
+   and the chunk's own state (its last line's second term), into float32 scratch. Pass 2
+   (`_chunk_pass_kernel`, grid (P / block_p, H, B)) keeps a [block_p, N] state tile in
+   registers and walks the chunks in order: one small matmul (C stateᵀ) and an elementwise
+   update per chunk. The matmuls run on the tensor cores with 3-pass TF32
+   (`_backend.DOT_PRECISION`, about float32 accuracy); the final state is written over the
+   starting slot or base;
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
 
@@ -100,9 +101,9 @@ class ChunkPlan:
 
 def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, yin_ref, s_ref, *,
                         plan: ChunkPlan):
-  """Pass 1, grid (chunks, H x P / local_block_p, B), every chunk at once: the intra-chunk output
-  (C Bᵀ ∘ decay ∘ dt) x into `yin` [B, Rp, H*P] f32 and the chunk's state from a zero start,
-  (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32. C Bᵀ is per group and
+  """Pass 1, grid (chunks, H x P / local_block_p, B), every chunk at once: the intra-chunk
+  output (C Bᵀ ∘ decay ∘ dt) x into `yin` [B, Rp, H*P] f32 and the chunk's state from a
+  zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32. C Bᵀ is per group and
   chunk (`cb` [B, chunks, G, L, L] f32, one XLA einsum for all heads)."""
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
