@@ -414,12 +414,10 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
   del banks
   snap = _geom
   params = params_lib.random_params(snap)
-  default = config_lib.chunk_tile_config(snap)
   shapes = [(64, 64, 8, 1, 8), (64, 16, 8, 1, 8), (64, 32, 4, 1, 8), (64, 32, 8, 2, 8),
             (64, 32, 8, 1, 4), (32, 16, 8, 1, 4), (32, 32, 8, 1, 8), (128, 32, 8, 1, 8)]
-  variants = [default]
-  for v in shapes:
-    tiles = config_lib.ChunkTiles(*v)
+  variants = []        # the default first; block_p as the kernels shrink it, no duplicates
+  for tiles in [config_lib.chunk_tile_config(snap)] + [config_lib.ChunkTiles(*v) for v in shapes]:
     tiles = dataclasses.replace(tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p))
     if tiles not in variants:
       variants.append(tiles)

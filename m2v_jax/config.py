@@ -256,9 +256,7 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
 
 
 def chunk_tile_config(cfg: Mamba2Config) -> ChunkTiles:
-  """The chunked-scan tiles for `cfg`'s geometry: a measured table entry, else the default
-  (block_p shrunk to divide headdim)."""
-  key = (cfg.nheads, cfg.headdim, cfg.dstate)
-  tiles = _CHUNK_TILE_TABLE.get(key, ChunkTiles())
-  return dataclasses.replace(tiles, block_p=pow2_divisor(cfg.headdim, tiles.block_p))
+  """The chunked-scan tiles for `cfg`'s geometry: a measured table entry, else the default.
+  (The kernels shrink block_p to divide headdim.)"""
+  return _CHUNK_TILE_TABLE.get((cfg.nheads, cfg.headdim, cfg.dstate), ChunkTiles())
 

@@ -72,11 +72,7 @@ class ChunkPlan:
     E, B: pool entries, sequences.
     has_z: gate.
     y_dtype: activation dtype.
-    chunk: rows per chunk (a power of two, >= 16).
-    block_p: P rows per program.
-    num_warps: warps per program.
-    num_stages: software-pipelining depth of the loop over chunks.
-    local_warps: warps per program of the chunk-local pass.
+    tiles: launch parameters (`config.ChunkTiles`).
     interpret: Pallas interpret mode.
   """
 
@@ -86,12 +82,17 @@ class ChunkPlan:
   B: int
   has_z: bool
   y_dtype: jnp.dtype
-  chunk: int = 64
-  block_p: int = 64
-  num_warps: int = 4
-  num_stages: int = 1
-  local_warps: int = 8
+  tiles: config_lib.ChunkTiles
   interpret: bool = False
+
+  @property
+  def chunk(self) -> int:
+    return self.tiles.chunk
+
+  @property
+  def block_p(self) -> int:
+    """P rows per state-passing program: the tiles' block_p, shrunk to divide headdim."""
+    return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
   def local_block_p(self) -> int:
@@ -215,7 +216,7 @@ def chunk_scan_call(plan: ChunkPlan):
       lambda *refs: _chunk_local_kernel(*refs, plan=plan),
       grid=(nc, H * (P // plan.local_block_p), plan.B),
       out_shape=(sds((plan.B, plan.Rp, cfg.d_inner), f32), sds((plan.B, nc, H, P, N), f32)),
-      input_output_aliases={}, num_warps=plan.local_warps, num_stages=1,
+      input_output_aliases={}, num_warps=plan.tiles.local_warps, num_stages=1,
       interpret=plan.interpret, name=f"m2v_chunk_local_{cfg.replay_mode}")
   n_in = 7 + (1 if plan.has_z else 0) + 2
   passing = _backend.pallas_call(
@@ -223,7 +224,7 @@ def chunk_scan_call(plan: ChunkPlan):
       grid=(P // plan.block_p, H, plan.B),
       out_shape=(ssm_shape, sds((plan.B, plan.Rp, cfg.d_inner), plan.y_dtype)),
       input_output_aliases={n_in: 0},
-      num_warps=plan.num_warps, num_stages=plan.num_stages, interpret=plan.interpret,
+      num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages, interpret=plan.interpret,
       name=f"m2v_chunk_pass_{cfg.replay_mode}")
 
   def run(idx, slot, go, xr, dtr, *rest):
@@ -278,9 +279,7 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   has_z = z is not None
   zb = [jnp.pad(z[:, :Rb], [(0, 0), (0, Rp - Rb), (0, 0)])] if has_z else []
   plan = ChunkPlan(cfg=cfg, Rp=Rp, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
-                   chunk=chunk, block_p=config_lib.pow2_divisor(cfg.headdim, tiles.block_p),
-                   num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-                   local_warps=tiles.local_warps, interpret=interpret)
+                   tiles=tiles, interpret=interpret)
   ssm, y_body = chunk_scan_call(plan)(
       cache_indices, state_row, valid.astype(jnp.int32), post, dtp, *zb, params.A_log,
       params.D, state.ssm)
