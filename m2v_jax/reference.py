@@ -13,7 +13,6 @@ prefill kernel and the training path of the example model.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 

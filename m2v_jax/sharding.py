@@ -15,15 +15,12 @@ layout directly by permuting its output columns once.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from m2v_jax import config as config_lib
-from m2v_jax import ops
 from m2v_jax.params import LayerParams
 from m2v_jax.state import CompactState, SnapshotState
 

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, small_cfg
 
 

@@ -12,7 +12,7 @@ import m2v_jax as m
 from m2v_jax import _backend, reference, rowmath
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
 from tests.test_compact import Pair
-from tests.test_pools import PoolPair
+from tests.test_pools import PoolPair, check_sharded_verify
 
 pytestmark = pytest.mark.gpu
 BOLT = m.BOLT
@@ -167,25 +167,6 @@ def test_bolt_two_gpu_head_sharding(mode):
   if len(gpus) < 2:
     pytest.skip(f"needs 2 GPUs, found {len(gpus)}")
   from jax.sharding import Mesh
-  cfg = BOLT.replace(replay_mode=mode)
-  p = m.random_params(cfg, 11)
-  rng = np.random.default_rng(11)
-  Bsz = 2
   mesh = Mesh(np.array(gpus[:2]).reshape(1, 2), ("dp", "tp"))
-  run = m.sharding.sharded(m.verify, mesh, cfg, head_axis="tp", batch_axis="dp")
-  step = jax.jit(run, donate_argnums=1)
-  one = m.init_state(cfg, Bsz, jnp.bfloat16)
-  _, many, _ = m.sharding.to_tp_layout(cfg, 2, state=m.init_state(cfg, Bsz, jnp.bfloat16))
-  ptp, _, _ = m.sharding.to_tp_layout(cfg, 2, params=p)
-  rows = np.zeros(Bsz, np.int32)
-  for R in (8, 5, 8, 8):
-    xbc, dt = inputs(cfg, Bsz, R, jnp.bfloat16, rng=rng)
-    y1, one = m.verify(cfg, p, one, xbc, dt, rows, backend="pallas")
-    _, _, xtp = m.sharding.to_tp_layout(cfg, 2, xbc=xbc)
-    y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
-    assert len(y2.sharding.device_set) == 2
-    assert_bitwise(y1, y2, f"y (R={R})")
-    _, back, _ = m.sharding.from_tp_layout(cfg, 2, state=many)
-    for name, a, b in zip(type(one)._fields, one, back):
-      assert_bitwise(a, b, f"{name} (R={R})")
-    rows = rng.integers(0, R, Bsz).astype(np.int32)
+  check_sharded_verify(BOLT.replace(replay_mode=mode), mesh, "pallas", jnp.bfloat16, Bsz=2,
+                       seed=11, Rs=(8, 5, 8, 8))

@@ -151,23 +151,30 @@ def test_two_way_head_sharding_matches_one_device(mode):
     pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
   backend = "pallas" if devices[0].platform == "gpu" else "interpret"
   cfg = m.Mamba2Config(nheads=4, headdim=8, dstate=16, ngroups=2, replay_mode=mode)
-  p = m.random_params(cfg, 6)
-  rng = np.random.default_rng(6)
-  Bsz = 4
   mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
+  check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=6, Rs=(8, 5, 8))
+
+
+def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs):
+  """Runs verify calls of R in `Rs` rows with heads over mesh axis "tp" and sequences over
+  "dp", and on one device; y and the states agree bitwise after every call."""
+  p = m.random_params(cfg, seed)
+  rng = np.random.default_rng(seed)
+  n = mesh.shape["tp"]
   run = m.sharding.sharded(m.verify, mesh, cfg, head_axis="tp", batch_axis="dp", backend=backend)
   step = jax.jit(run, donate_argnums=1)
-  one = m.init_state(cfg, Bsz, jnp.float32)
-  _, many, _ = m.sharding.to_tp_layout(cfg, 2, state=m.init_state(cfg, Bsz, jnp.float32))
-  ptp, _, _ = m.sharding.to_tp_layout(cfg, 2, params=p)
+  one = m.init_state(cfg, Bsz, dtype)
+  _, many, _ = m.sharding.to_tp_layout(cfg, n, state=m.init_state(cfg, Bsz, dtype))
+  ptp, _, _ = m.sharding.to_tp_layout(cfg, n, params=p)
   rows = np.zeros(Bsz, np.int32)
-  for R in (8, 5, 8):
-    xbc, dt = inputs(cfg, Bsz, R, rng=rng)
+  for R in Rs:
+    xbc, dt = inputs(cfg, Bsz, R, dtype, rng=rng)
     y1, one = m.verify(cfg, p, one, xbc, dt, rows, backend=backend)
-    _, _, xtp = m.sharding.to_tp_layout(cfg, 2, xbc=xbc)
+    _, _, xtp = m.sharding.to_tp_layout(cfg, n, xbc=xbc)
     y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
+    assert len(y2.sharding.device_set) == mesh.size
     assert_bitwise(y1, y2, f"y (R={R})")
-    _, back, _ = m.sharding.from_tp_layout(cfg, 2, state=many)
+    _, back, _ = m.sharding.from_tp_layout(cfg, n, state=many)
     for name, a, b in zip(type(one)._fields, one, back):
       assert_bitwise(a, b, f"{name} (R={R})")
     rows = rng.integers(0, R, Bsz).astype(np.int32)
