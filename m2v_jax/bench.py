@@ -125,11 +125,13 @@ class Case:
 
 def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None,
               min_calls=16, args=()):
-  """Builds a Case: `fn(state, *args) -> state` is the op.
+  """Builds a Case: `fn(state, *args) -> (state, y)` is the op.
 
   One step runs the op over all `banks` state sets, `rounds` times, so that a dispatch holds
   at least `min_calls` calls and the host's dispatch cost stays below the device time. The
-  inputs `args` are arguments of the step, not constants folded into it.
+  inputs `args` are arguments of the step, not constants folded into it. Every call's y is
+  an output of the step (dropped by the host), so XLA computes all of it: a y that nothing
+  used would let XLA drop the work that only feeds y.
   """
   states = tuple(make_state() for _ in range(banks))
   if warm_fn is not None:
@@ -137,11 +139,15 @@ def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None
   rounds = -(-min_calls // banks)
 
   def many(ss, a):
+    ys = []
     for _ in range(rounds):
-      ss = tuple(fn(s, *a) for s in ss)
-    return ss
+      out = [fn(s, *a) for s in ss]
+      ss = tuple(o[0] for o in out)
+      ys.extend(o[1] for o in out)
+    return ss, ys
 
-  step = jax.jit(many, donate_argnums=0)
+  jitted = jax.jit(many, donate_argnums=0)
+  step = lambda ss, a: jitted(ss, a)[0]
   return Case(name, step, states, banks * rounds, nbytes, flops, tuple(args))
 
 
@@ -229,7 +235,8 @@ def _inputs(cfg, B, R, dtype, seed=0):
 
 
 def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_tiles=None):
-  """`(state, params, xbc, dt) -> state` for one verify/prefill call (kernels or reference)."""
+  """`(state, params, xbc, dt) -> (state, y)` for one verify/prefill call (kernels or
+  reference)."""
   rows = jnp.broadcast_to(jnp.asarray(state_row, jnp.int32), (B,))
   ci = jnp.arange(B, dtype=jnp.int32)
   nr = jnp.full((B,), R, jnp.int32)
@@ -238,17 +245,20 @@ def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_ti
     if backend == config_lib.REFERENCE:
       call = (reference.snapshot_call if cfg.replay_mode == config_lib.SNAPSHOT
               else reference.compact_call)
-      return call(cfg, params, state, xbc, dt, rows, None, ci, nr)[1]
-    if chunked:
-      return ops._call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg, backend=backend,
-                       chunked=True, chunk_tiles=chunk_tiles)[1]
-    return ops._kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr, tiles)[1]
+      y, state = call(cfg, params, state, xbc, dt, rows, None, ci, nr)
+    elif chunked:
+      y, state = ops._call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg,
+                           backend=backend, chunked=True, chunk_tiles=chunk_tiles)
+    else:
+      y, state = ops._kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr,
+                                  tiles)
+    return state, y
 
   return fn
 
 
 def dense_ssd_fn(cfg, chunk=64, precision=None):
-  """`state -> state`: the jax.numpy chunked SSD scan (`reference.ssd_chunked`, XLA einsums
+  """`(state, ...) -> (state, y)`: the jax.numpy chunked SSD scan (`reference.ssd_chunked`, XLA einsums
   with 3-pass TF32 on a GPU, float32 elsewhere) from slot 0 / the base, writing its final
   state back there."""
   if precision is None:
@@ -259,12 +269,13 @@ def dense_ssd_fn(cfg, chunk=64, precision=None):
     snap = isinstance(state, state_lib.SnapshotState)
     ssm0 = state.ssm[:, 0] if snap else state.ssm
     conv0 = state.conv[:, 0] if snap else state.conv
-    _, fin, conv = reference.ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, chunk=chunk,
+    y, fin, conv = reference.ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, chunk=chunk,
                                          precision=precision)
+    y = y.astype(xbc.dtype)
     if snap:
       return state._replace(ssm=state.ssm.at[:, 0].set(fin),
-                            conv=state.conv.at[:, 0].set(conv.astype(state.conv.dtype)))
-    return state._replace(ssm=fin, conv=conv.astype(state.conv.dtype))
+                            conv=state.conv.at[:, 0].set(conv.astype(state.conv.dtype))), y
+    return state._replace(ssm=fin, conv=conv.astype(state.conv.dtype)), y
 
   return fn
 
@@ -292,7 +303,7 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
     wx, wd = _inputs(cfg, B, cfg.capacity, dtype, seed=1)
     warm_call = jax.jit(verify_fn(cfg, B, cfg.capacity, 0, config_lib.REFERENCE),
                         donate_argnums=0)
-    warm = lambda s: warm_call(s, params, wx, wd)
+    warm = lambda s: warm_call(s, params, wx, wd)[0]
     if not pending:
       inner = fn
       fn = lambda s, *a: inner(s._replace(pending=jnp.zeros_like(s.pending)), *a)
@@ -405,19 +416,25 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   return rows_out
 
 
-def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
-  """Chunked-prefill tiles at B=1, snapshot mode: chunk length, the state-passing kernel's
-  block_p, warps and pipelining stages, the chunk-local kernel's warps. Each variant's
+DEFAULT_CHUNK_VARIANTS = (
+    "64:32:4:1:8:1:1", "64:32:4:1:4:1:1", "64:32:4:1:4:4:2", "64:32:4:1:4:16:2",
+    "64:32:4:1:8:16:2", "64:32:4:1:4:16:2:32", "64:32:8:1:4:16:3", "64:16:4:1:4:16:3",
+    "64:64:8:1:4:16:3", "64:32:4:2:4:16:3")
+
+
+def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS):
+  """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `config.ChunkTiles` fields
+  joined by ":" (chunk:block_p:num_warps:num_stages:local_warps:local_heads:local_stages:
+  local_block_p; trailing fields default), after the table's entry. Each variant's
   final state is also checked against the serial kernel's from the same start (max abs
   difference over max abs value, `rel_err`). A variant that fails to compile is reported
   and skipped. Ratio: variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)
-  shapes = [(64, 64, 8, 1, 8), (64, 16, 8, 1, 8), (64, 32, 4, 1, 8), (64, 32, 8, 2, 8),
-            (64, 32, 8, 1, 4), (32, 16, 8, 1, 4), (32, 32, 8, 1, 8), (128, 32, 8, 1, 8)]
-  variants = []        # the default first; block_p as the kernels shrink it, no duplicates
-  for tiles in [config_lib.chunk_tile_config(snap)] + [config_lib.ChunkTiles(*v) for v in shapes]:
+  shapes = [config_lib.ChunkTiles(*map(int, v.split(":"))) for v in variants]
+  variants = []        # the table's first; block_p as the kernels shrink it, no duplicates
+  for tiles in [config_lib.chunk_tile_config(snap)] + shapes:
     tiles = dataclasses.replace(tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p))
     if tiles not in variants:
       variants.append(tiles)
@@ -431,8 +448,9 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096):
                    backend=_backend_name, chunked=False)[1].ssm[0, -1]
   cases, errs = [], {}
   for tiles in variants:
-    name = (f"chunked B=1 R={R} chunk={tiles.chunk} block_p={tiles.block_p} "
-            f"warps={tiles.num_warps} stages={tiles.num_stages} local_warps={tiles.local_warps}")
+    fields = " ".join(f"{f.name}={getattr(tiles, f.name)}"
+                      for f in dataclasses.fields(config_lib.ChunkTiles))
+    name = f"chunked B=1 R={R} {fields}"              # every field: names key the results
     try:
       got = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
                       backend=_backend_name, chunked=True, chunk_tiles=tiles)[1].ssm[0, -1]
@@ -535,6 +553,8 @@ flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefil
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
 flags.DEFINE_bool("sweep_shapes_only", False, "sweep only (block_p, num_warps)")
+flags.DEFINE_list("chunk_variants", list(DEFAULT_CHUNK_VARIANTS),
+                  "ChunkTiles of the chunk_sweep suite, fields joined by ':'")
 flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 
 
@@ -560,7 +580,8 @@ def main(argv):
     else:
       sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],
                                 modes=FLAGS.sweep_modes, shapes_only=FLAGS.sweep_shapes_only)
-      fn = dict(main=suite_main, sweep=sweep, chunk_sweep=suite_chunk_sweep,
+      chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants)
+      fn = dict(main=suite_main, sweep=sweep, chunk_sweep=chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
                 )[suite]

@@ -229,8 +229,13 @@ class ChunkTiles:
     num_warps: warps per program of the state-passing kernel.
     num_stages: software-pipelining depth of its loop over chunks (1: each chunk's loads wait
       for the previous chunk; 2+: the next chunk's loads are issued during this one).
-    local_warps: warps per program of the chunk-local kernel (one program per chunk, head
-      and P tile of up to 64).
+    local_warps: warps per program of the chunk-local kernel (one program per chunk, P tile
+      and `local_heads` heads).
+    local_heads: heads per chunk-local program (a power of two; shrunk to divide the heads
+      per group): the group's B rows and C·Bᵀ are loaded once for all of them.
+    local_stages: software-pipelining depth of the chunk-local kernel's loop over its heads.
+    local_block_p: P rows per chunk-local program (a power of two, >= 16 compiled; shrunk to
+      divide headdim).
   """
 
   chunk: int = 64
@@ -238,20 +243,26 @@ class ChunkTiles:
   num_warps: int = 4
   num_stages: int = 1
   local_warps: int = 8
+  local_heads: int = 1
+  local_stages: int = 1
+  local_block_p: int = 64
 
   def __post_init__(self):
-    for name in ("chunk", "block_p", "num_warps", "local_warps"):
+    for name in ("num_stages", "local_stages"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
+    for name in ("chunk", "block_p", "num_warps", "local_warps", "local_heads",
+                 "local_block_p"):
       v = getattr(self, name)
       if v < 1 or v & (v - 1):
         raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
-    if self.num_stages < 1:
-      raise ValueError(f"ChunkTiles.num_stages: expected >= 1, got {self.num_stages}")
 
 
 # Measured on the H200 (BENCHMARKS.md, "Chunked-prefill tile sweep"); keyed by
 # (nheads, headdim, dstate).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
-    (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=8),
+    (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=4,
+                               local_heads=16, local_stages=3, local_block_p=64),
 }
 
 

@@ -17,14 +17,17 @@ The body:
            + exp(acum_t) · C stateᵀ + D x                            from the carried state
      state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
    C Bᵀ is the same for every head of a group: one XLA einsum (`group_cb`) computes it per
-   chunk and group. Pass 1 (`_chunk_local_kernel`, grid (chunks, H x P tiles, B)) computes
-   every chunk's terms that do not depend on the carried state at once: the intra-chunk y
-   and the chunk's own state (its last line's second term), into float32 scratch. Pass 2
-   (`_chunk_pass_kernel`, grid (P / block_p, H, B)) keeps a [block_p, N] state tile in
-   registers and walks the chunks in order: one small matmul (C stateᵀ) and an elementwise
+   chunk and group. Pass 1 (`_chunk_local_kernel`, grid (heads / local_heads x P tiles,
+   chunks, B)) computes every chunk's terms that do not depend on the carried state at
+   once: the intra-chunk y plus D x, and the chunk's own state (its last line's second
+   term), into float32 scratch; a program loops over `local_heads` heads of one group, so
+   the group's B rows and C Bᵀ are loaded once for them. Pass 2 (`_chunk_pass_kernel`,
+   grid (P / block_p, H, B)) keeps a [block_p, N] state tile in registers and walks the
+   chunks in order: one small matmul (C stateᵀ), y written (gated), and an elementwise
    update per chunk. The matmuls run on the tensor cores with 3-pass TF32
    (`_backend.DOT_PRECISION`, about float32 accuracy); the final state is written over the
-   starting slot or base;
+   starting slot or base. y goes into a buffer of the call's rows, the serial tail's y is
+   written into it in place;
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
 
@@ -68,7 +71,7 @@ class ChunkPlan:
 
   Attributes:
     cfg: geometry and mode.
-    Rp: body rows, padded to a multiple of `chunk`.
+    Rb: body rows (the call's rows less the capacity: R = Rb + capacity).
     E, B: pool entries, sequences.
     has_z: gate.
     y_dtype: activation dtype.
@@ -77,7 +80,7 @@ class ChunkPlan:
   """
 
   cfg: config_lib.Mamba2Config
-  Rp: int
+  Rb: int
   E: int
   B: int
   has_z: bool
@@ -90,46 +93,81 @@ class ChunkPlan:
     return self.tiles.chunk
 
   @property
+  def Rp(self) -> int:
+    """Body rows padded to a multiple of the chunk length."""
+    return -(-self.Rb // self.chunk) * self.chunk
+
+  @property
   def block_p(self) -> int:
     """P rows per state-passing program: the tiles' block_p, shrunk to divide headdim."""
     return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
   def local_block_p(self) -> int:
-    """P rows per chunk-local program: all of P up to 64, in power-of-two tiles."""
-    return config_lib.pow2_divisor(self.cfg.headdim, 64)
+    """P rows per chunk-local program: the tiles' local_block_p, shrunk to divide headdim."""
+    return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.local_block_p)
+
+  @property
+  def local_heads(self) -> int:
+    """Heads per chunk-local program: the tiles' local_heads, shrunk to divide the heads of
+    a group (a program's heads share its B rows and C·Bᵀ)."""
+    return config_lib.pow2_divisor(self.cfg.heads_per_group, self.tiles.local_heads)
+
+  @property
+  def R(self) -> int:
+    """Rows of the call: the body, then `capacity` serial rows."""
+    return self.Rb + self.cfg.capacity
+
+  @property
+  def y_rows(self) -> int:
+    """Rows of the state-passing kernel's y output: the padded body, at least the call's
+    rows, so that the serial tail's y is written into it in place."""
+    return max(self.Rp, self.R)
 
 
-def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, yin_ref, s_ref, *,
+def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, d_ref, yin_ref, s_ref, *,
                         plan: ChunkPlan):
-  """Pass 1, grid (chunks, H x P / local_block_p, B), every chunk at once: the intra-chunk
-  output (C Bᵀ ∘ decay ∘ dt) x into `yin` [B, Rp, H*P] f32 and the chunk's state from a
-  zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s` [B, chunks, H, P, N] f32. C Bᵀ is per group and
-  chunk (`cb` [B, chunks, G, L, L] f32, one XLA einsum for all heads)."""
+  """Pass 1, grid (H / local_heads x P / local_block_p, chunks, B), every chunk at once:
+  the intra-chunk output (C Bᵀ ∘ decay ∘ dt) x + D x into `yin` [B, Rp, H*P] f32 and the
+  chunk's state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
+  [B, chunks, H, P, N] f32. C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L] f32, one
+  XLA einsum for all heads). One program takes `local_heads` heads of a group in a loop
+  over the group's B rows and C Bᵀ, loaded once; the heads vary fastest over the grid, so
+  the programs that run together read the same chunk's rows (L2 hits)."""
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
-  HP, L, BP = cfg.d_inner, plan.chunk, plan.local_block_p
-  c, hp, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  h, pid_p = hp // (P // BP), hp % (P // BP)
-  g = h // cfg.heads_per_group
+  HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.local_heads
+  hp, c, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  h0, pid_p = (hp // (P // BP)) * NH, hp % (P // BP)
+  g = h0 // cfg.heads_per_group
   rows = pl.ds(c * L, L)
-  xcols = pl.ds(h * P + pid_p * BP, BP)
   dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
 
   @pl.when(go_ref[b] > 0)
   def _run():
-    x = xr_ref[b, rows, xcols]                                   # [L, BP]
     bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
-    dtv = dtr_ref[b, rows, h]                                    # [L]
-    acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+    cb = cb_ref[b, c, g, :, :]                                   # [L, L]
     t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
     s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
     causal = t_idx >= s_idx
-    seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
-    w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
-    yin_ref[b, rows, xcols] = dot(cb_ref[b, c, g, :, :] * w_ts, x)
-    w_s = jnp.exp(acum_l - acum) * dtv                           # [L]
-    s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = dot(x * w_s[:, None], bm, trans_a=True)
+
+    def head(j, carry):
+      h = h0 + j
+      xcols = pl.ds(h * P + pid_p * BP, BP)
+      x = xr_ref[b, rows, xcols]                                 # [L, BP]
+      dtv = dtr_ref[b, rows, h]                                  # [L]
+      acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+      seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
+      w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
+      yin_ref[b, rows, xcols] = dot(cb * w_ts, x) + d_ref[h] * x
+      w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
+      s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = dot(x * w_s[:, None], bm, trans_a=True)
+      return carry
+
+    if NH == 1:
+      head(0, 0)
+    else:
+      lax.fori_loop(0, NH, head, 0)
 
 
 def group_cb(cfg, xr, chunk: int, interpret: bool):
@@ -154,18 +192,20 @@ def _log_decay(dtv, a_h, L):
 
 def _chunk_pass_kernel(*refs, plan: ChunkPlan):
   """Pass 2, grid (P / block_p, H, B), chunks in order: from the starting state, each chunk
-  adds C stateᵀ scaled by exp(acum) and D x to its intra-chunk output (and the gate), then
-  passes the state on: state = exp(acum_L) state + the chunk's own state."""
+  adds C stateᵀ scaled by exp(acum) to its intra-chunk output (which holds D x already;
+  then the gate) and writes y, then passes the state on: state = exp(acum_L) state + the
+  chunk's own state. A sequence that does not run gets its `fill` value (NaN: rejected,
+  zero: padding, as `reference.finish_y` gives) in every y row of the body."""
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, GN = cfg.d_inner, G * N
   BP, L = plan.block_p, plan.chunk
   compact = cfg.replay_mode == config_lib.COMPACT
   refs = list(refs)
-  idx_ref, slot_ref, go_ref, xr_ref, dtr_ref, yin_ref, s_ref = refs[:7]
-  del refs[:7]
+  idx_ref, slot_ref, go_ref, fill_ref, xr_ref, dtr_ref, yin_ref, s_ref = refs[:8]
+  del refs[:8]
   z_ref = refs.pop(0) if plan.has_z else None
-  alog_ref, d_ref, ssm_in, ssm_out, y_ref = refs
+  alog_ref, ssm_in, ssm_out, y_ref = refs
 
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   e = jnp.maximum(idx_ref[b], 0)
@@ -174,7 +214,7 @@ def _chunk_pass_kernel(*refs, plan: ChunkPlan):
   xcols = pl.ds(h * P + pid_p * BP, BP)
   ccols = pl.ds(HP + GN + g * N, N)
   a_h = -jnp.exp(alog_ref[h])
-  d_h = d_ref[h]
+  n_chunks = plan.Rp // L
 
   @pl.when(go_ref[b] > 0)
   def _run():
@@ -185,26 +225,38 @@ def _chunk_pass_kernel(*refs, plan: ChunkPlan):
 
     def chunk(c, st):
       rows = pl.ds(c * L, L)
-      x = xr_ref[b, rows, xcols]                                 # [L, BP]
       cm = xr_ref[b, rows, ccols]                                # [L, N]
       acum, acum_l = _log_decay(dtr_ref[b, rows, h], a_h, L)
       cst = _backend.dot(cm, st, trans_b=True, interpret=plan.interpret)   # C stateᵀ
-      y = yin_ref[b, rows, xcols] + jnp.exp(acum)[:, None] * cst + d_h * x
+      y = yin_ref[b, rows, xcols] + jnp.exp(acum)[:, None] * cst
       if plan.has_z:
         y = rowmath.gate(y, z_ref[b, rows, xcols].astype(f32))
       y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
       return jnp.exp(acum_l) * st + s_ref[b, c, h, ps, :]
 
-    st = lax.fori_loop(0, plan.Rp // L, chunk, st)
+    st = lax.fori_loop(0, n_chunks, chunk, st)
     if compact:
       ssm_out[e, h, ps, :] = st
     else:
       ssm_out[e, slot_ref[b], h, ps, :] = st
 
+  @pl.when(go_ref[b] == 0)
+  def _fill():
+    tile = jnp.broadcast_to(fill_ref[b], (L, BP)).astype(y_ref.dtype)
+
+    def chunk(c, carry):
+      y_ref[b, pl.ds(c * L, L), xcols] = tile
+      return carry
+
+    lax.fori_loop(0, n_chunks, chunk, 0)
+
 
 def chunk_scan_call(plan: ChunkPlan):
   """The chunked scan (both passes) as a function of arrays:
-  `(cache_indices, slot, go, xr, dtr, [z], A_log, D, ssm) -> (ssm, y)`."""
+  `(cache_indices, slot, go, fill, xr, dtr, [z], A_log, D, ssm) -> (ssm, y [B, y_rows, H*P])`.
+
+  go [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` [B] float32 value.
+  z, if any, has at least Rp rows. y's rows Rb.. are left for the serial tail."""
   cfg = plan.cfg
   H, P, N, E, S = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, cfg.capacity
   nc = plan.Rp // plan.chunk
@@ -214,25 +266,26 @@ def chunk_scan_call(plan: ChunkPlan):
   L = plan.chunk
   local = _backend.pallas_call(
       lambda *refs: _chunk_local_kernel(*refs, plan=plan),
-      grid=(nc, H * (P // plan.local_block_p), plan.B),
+      grid=(H // plan.local_heads * (P // plan.local_block_p), nc, plan.B),
       out_shape=(sds((plan.B, plan.Rp, cfg.d_inner), f32), sds((plan.B, nc, H, P, N), f32)),
-      input_output_aliases={}, num_warps=plan.tiles.local_warps, num_stages=1,
-      interpret=plan.interpret, name=f"m2v_chunk_local_{cfg.replay_mode}")
-  n_in = 7 + (1 if plan.has_z else 0) + 2
+      input_output_aliases={}, num_warps=plan.tiles.local_warps,
+      num_stages=plan.tiles.local_stages, interpret=plan.interpret,
+      name=f"m2v_chunk_local_{cfg.replay_mode}")
+  n_in = 8 + (1 if plan.has_z else 0) + 1
   passing = _backend.pallas_call(
       lambda *refs: _chunk_pass_kernel(*refs, plan=plan),
       grid=(P // plan.block_p, H, plan.B),
-      out_shape=(ssm_shape, sds((plan.B, plan.Rp, cfg.d_inner), plan.y_dtype)),
+      out_shape=(ssm_shape, sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype)),
       input_output_aliases={n_in: 0},
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages, interpret=plan.interpret,
       name=f"m2v_chunk_pass_{cfg.replay_mode}")
 
-  def run(idx, slot, go, xr, dtr, *rest):
+  def run(idx, slot, go, fill, xr, dtr, *rest):
     zs = rest[:1] if plan.has_z else ()
     a_log, d, ssm = rest[len(zs):]
     cb = group_cb(cfg, xr, L, plan.interpret)
-    yin, s = local(go, xr, dtr, cb, a_log)
-    return passing(idx, slot, go, xr, dtr, yin, s, *zs, a_log, d, ssm)
+    yin, s = local(go, xr, dtr, cb, a_log, d)
+    return passing(idx, slot, go, fill, xr, dtr, yin, s, *zs, a_log, ssm)
 
   return run
 
@@ -261,12 +314,10 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   interpret = backend == config_lib.INTERPRET
   compact = isinstance(state, CompactState)
   tiles = tiles or config_lib.chunk_tile_config(cfg)
-  chunk = tiles.chunk
   Rb = R - cap
   if Rb <= 0:
     raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")
-  Rp = -(-Rb // chunk) * chunk
-  safe, valid, _ = verify_kernels.entry_status(cfg, state, state_row, R, cache_indices)
+  safe, valid, pad = verify_kernels.entry_status(cfg, state, state_row, R, cache_indices)
   if compact:
     state = fold_kernel(cfg, backend, params, state, state_row, cache_indices)
     conv0 = state.conv[safe]
@@ -275,13 +326,16 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
     slot = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, slot]
     tail_row = state_row
-  post, dtp, conv_end = body_inputs(cfg, params, conv0, xbc[:, :Rb], dt[:, :Rb], Rp)
   has_z = z is not None
-  zb = [jnp.pad(z[:, :Rb], [(0, 0), (0, Rp - Rb), (0, 0)])] if has_z else []
-  plan = ChunkPlan(cfg=cfg, Rp=Rp, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
+  plan = ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
                    tiles=tiles, interpret=interpret)
-  ssm, y_body = chunk_scan_call(plan)(
-      cache_indices, state_row, valid.astype(jnp.int32), post, dtp, *zb, params.A_log,
+  Rp = plan.Rp
+  post, dtp, conv_end = body_inputs(cfg, params, conv0, xbc[:, :Rb], dt[:, :Rb], Rp)
+  # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.
+  zb = [z if Rp <= R else jnp.pad(z, [(0, 0), (0, Rp - R), (0, 0)])] if has_z else []
+  fill = jnp.where(pad, 0.0, jnp.nan).astype(f32)            # y rows of a sequence not run
+  ssm, y = chunk_scan_call(plan)(
+      cache_indices, state_row, valid.astype(jnp.int32), fill, post, dtp, *zb, params.A_log,
       params.D, state.ssm)
   target = jnp.where(valid, cache_indices, E)              # invalid: dropped
   if compact:
@@ -295,5 +349,6 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail], tail_row,
                               None if z is None else z[:, tail], cache_indices,
                               jnp.full((B,), cap, jnp.int32))
-  y_body = reference.finish_y(y_body[:, :Rb], valid, cache_indices == -1, xbc.dtype)
-  return jnp.concatenate([y_body, y_tail], axis=1), state
+  # The tail's y goes over rows Rb..R-1 of the body's y buffer (in place: no concatenation).
+  y = lax.dynamic_update_slice(y, y_tail, (0, Rb, 0))
+  return (y if plan.y_rows == R else y[:, :R]), state

@@ -12,7 +12,8 @@ import m2v_jax as m
 from m2v_jax import _backend, reference, rowmath
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
 from tests.test_compact import Pair
-from tests.test_pools import PoolPair, check_sharded_verify
+from tests.test_pools import (PoolPair, check_nan_isolation, check_reused_entry,
+                              check_sharded_verify)
 
 pytestmark = pytest.mark.gpu
 BOLT = m.BOLT
@@ -157,6 +158,17 @@ def test_bolt_pool_batch32():
   idx2 = rng.permutation(idx)
   rows = [rng.integers(0, prev[e]) if e >= 0 else 0 for e in idx2.tolist()]
   pp.call(idx=idx2, rows=rows, nrows=rng.integers(1, 9, 32))
+
+
+def test_bolt_pool_nan_isolation_batch32():
+  """NaN/Inf inputs in one of 32 sequences (pool of 48, shuffled entries, mixed num_rows):
+  every other sequence's y and state bitwise as without them, in both modes."""
+  check_nan_isolation("pallas", cfg=BOLT, num_entries=48, batch=32, dtype=jnp.bfloat16)
+
+
+def test_bolt_pool_reused_entry_batch32():
+  """A reset pool entry at Bolt B=32 carries nothing over: bitwise a fresh pool's entry."""
+  check_reused_entry("pallas", cfg=BOLT, num_entries=48, batch=32, dtype=jnp.bfloat16)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])

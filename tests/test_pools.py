@@ -78,26 +78,41 @@ def test_pool_padding_shuffled_indices_mixed_rows(backend):
   pp.call(idx=[0, 7, 3, 11, 9], rows=[0, 5, 2, 0, 0], nrows=[8, 4, 8, 2, 7])
 
 
-def test_reused_entry_carries_nothing_over(backend):
-  pp = PoolPair(backend, seed=2)
-  pp.call(idx=[1, 2, 3, 4, 5], rows=[0] * 5, nrows=[8, 8, 8, 8, 8])
-  # entry 4 now serves a new request: reset it in both modes (and the reference)
+def check_reused_entry(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=2):
+  """A pool entry reset for a new request carries nothing of the previous one over (window,
+  pending rows, conv, state): after a reset, its y equals that of the same entry of a fresh
+  pool, bitwise; both pool calls are checked against the reference on the way."""
+  pp = PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch, dtype=dtype)
+  idx = np.arange(1, batch + 1)
+  reused = int(idx[3])
+  pp.call(idx=idx, rows=np.zeros(batch), nrows=np.full(batch, 8))
+  # entry `reused` now serves a new request: reset it in both modes (and the reference)
   for d in (pp.k, pp.r):
     for k in d:
-      d[k] = m.reset_entries(d[k], [4])
-  pp.call(idx=[4, 1, -1, 2, 3], rows=[0, 3, 0, 7, 6], nrows=[8, 8, 1, 8, 8])
-  # a fresh pool gives entry 4 the same results: the reset left nothing behind
-  fresh = m.init_state(pp.comp, E, jnp.float32)
-  y, fresh = m.verify(pp.comp, pp.p, fresh, *inputs(pp.snap, B, 8, rng=np.random.default_rng(5)),
-                      [0] * 5, cache_indices=np.array([4, 0, 6, 8, 10], np.int32),
+      d[k] = m.reset_entries(d[k], [reused])
+  idx2 = np.roll(idx, -3)                                 # reused first, one padding sequence
+  idx2[2] = -1
+  rows = pp.rng.integers(0, 8, batch)
+  rows[0] = rows[2] = 0
+  nrows = np.full(batch, 8)
+  nrows[2] = 1
+  pp.call(idx=idx2, rows=rows, nrows=nrows)
+  # a fresh pool gives entry `reused` the same results: the reset left nothing behind
+  others = [e for e in range(num_entries) if e != reused]
+  later = np.array([reused] + (others[::2] + others[1::2])[:batch - 1], np.int32)
+  args = inputs(pp.snap, batch, 8, dtype, rng=np.random.default_rng(5))
+  fresh = m.init_state(pp.comp, num_entries, dtype)
+  y, fresh = m.verify(pp.comp, pp.p, fresh, *args, [0] * batch, cache_indices=later,
                       backend=backend)
   for k in pp.k:
-    pp.k[k] = m.reset_entries(pp.k[k], [4])
-  y2, pp.k["compact"] = m.verify(pp.comp, pp.p, pp.k["compact"],
-                                 *inputs(pp.snap, B, 8, rng=np.random.default_rng(5)), [0] * 5,
-                                 cache_indices=np.array([4, 0, 6, 8, 10], np.int32),
-                                 backend=backend)
+    pp.k[k] = m.reset_entries(pp.k[k], [reused])
+  y2, pp.k["compact"] = m.verify(pp.comp, pp.p, pp.k["compact"], *args, [0] * batch,
+                                 cache_indices=later, backend=backend)
   assert_bitwise(np.asarray(y)[0], np.asarray(y2)[0], "reused entry")
+
+
+def test_reused_entry_carries_nothing_over(backend):
+  check_reused_entry(backend)
 
 
 def test_reset_entries_with_committed_state(backend):
@@ -110,20 +125,32 @@ def test_reset_entries_with_committed_state(backend):
   pp.call(idx=[9, 2, -1, -1, 1], rows=[0, 5, 0, 0, 7], nrows=[8, 8, 1, 1, 3])
 
 
-def test_nan_in_one_sequence_changes_nothing_else(backend):
-  pp = PoolPair(backend, seed=4)
-  pp.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
-  clean = PoolPair(backend, seed=4)
-  clean.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
+def check_nan_isolation(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=4):
+  """NaN and Inf inputs in one sequence (index 2) leave every other sequence's y and state
+  bitwise equal to a run without them (pool entries shuffled)."""
+  order = np.random.default_rng(seed).permutation(num_entries)[:batch]
+  full = np.full(batch, 8)
+  pair = lambda: PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch,
+                          dtype=dtype)
+  pp, clean = pair(), pair()
+  for q in (pp, clean):
+    q.call(idx=order, rows=np.zeros(batch), nrows=full)
   state = dict(pp.rng.bit_generator.state)
-  ys = pp.call(idx=[0, 1, 2, 3, 4], rows=[3, 1, 4, 1, 5], nrows=[8, 7, 6, 5, 4], nan_seq=2)
+  rows, nrows = pp.rng.integers(0, 8, batch), pp.rng.integers(1, 9, batch)
+  ys = pp.call(idx=order, rows=rows, nrows=nrows, nan_seq=2)
   clean.rng.bit_generator.state = state
-  ys_clean = clean.call(idx=[0, 1, 2, 3, 4], rows=[3, 1, 4, 1, 5], nrows=[8, 7, 6, 5, 4])
-  others = [0, 1, 3, 4]
+  clean.rng.integers(0, 8, batch), clean.rng.integers(1, 9, batch)
+  ys_clean = clean.call(idx=order, rows=rows, nrows=nrows)
+  others = [b for b in range(batch) if b != 2]
   for mode in ys:
     assert_bitwise(np.asarray(ys[mode])[others], np.asarray(ys_clean[mode])[others], f"{mode} y")
     for name, a, b in zip(type(pp.k[mode])._fields, pp.k[mode], clean.k[mode]):
-      assert_bitwise(np.asarray(a)[others], np.asarray(b)[others], f"{mode} {name}")
+      assert_bitwise(np.asarray(a)[order[others]], np.asarray(b)[order[others]], f"{mode} {name}")
+    assert np.any(np.isnan(np.asarray(ys[mode], np.float32)[2])), "the NaN reached its own y"
+
+
+def test_nan_in_one_sequence_changes_nothing_else(backend):
+  check_nan_isolation(backend)
 
 
 def test_host_checks_for_pools():

@@ -35,6 +35,28 @@ def test_chunked_matches_reference(backend, mode, R, capacity):
       assert_close(a, b, 1e-5, name)
 
 
+@pytest.mark.parametrize("tiles", [
+    m.ChunkTiles(chunk=16, block_p=4, local_heads=2, local_stages=2, local_block_p=4),
+    m.ChunkTiles(chunk=16, local_heads=4, local_warps=4)])
+def test_chunk_tiles_match_reference(backend, tiles):
+  """Other launch parameters, same results: several heads (shrunk to the heads of a group)
+  and P tiles per chunk-local program, state-passing P tiles, 3 chunks of 16."""
+  cfg = small_cfg()
+  p = m.random_params(cfg, 41)
+  rng = np.random.default_rng(41)
+  B, R = 2, 51                                       # body 43 rows: 3 chunks of 16
+  state = random_state(cfg, B, rng=rng)
+  rows = np.array([2, 6], np.int32)
+  xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+  ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+  y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
+  y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=backend, chunked=True,
+                     chunk_tiles=tiles)
+  assert_close(y, y_ref, 1e-5, "y")
+  assert_close(got.ssm, want.ssm, 1e-5, "ssm")
+  assert_close(got.conv, want.conv, 1e-6, "conv")
+
+
 def test_modes_bitwise_across_chunked_prefill(backend, monkeypatch):
   """With the chunked body, snapshot and compact still agree bitwise after every call."""
   monkeypatch.setattr(m.ops.prefill_kernels, "MIN_ROWS", 1)    # chunked from R = cap + 1
@@ -66,17 +88,19 @@ def test_one_prefill_equals_prefill_then_verify(backend):
   assert_close(a[1], b[1], 1e-6, "conv")
 
 
+@pytest.mark.parametrize("R", [77, 72])
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_chunked_pool_padding_invalid_and_nan(backend, mode):
+def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
   """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
   padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
   a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
-  the reference."""
+  the reference. The gate is on. R = 77: the body's padded chunks reach past R (the
+  kernels' y is cut to R); R = 72: they do not (z and y are used in place)."""
   import jax
   cfg = small_cfg(mode=mode)
   p = m.random_params(cfg, 31)
   rng = np.random.default_rng(31)
-  E, B, R = 6, 4, 77
+  E, B = 6, 4
   state = random_state(cfg, E, rng=rng)
   if mode == "compact":
     x8, d8 = inputs(cfg, E, 8, rng=rng)
