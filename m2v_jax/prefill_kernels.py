@@ -56,6 +56,10 @@ from m2v_jax.state import CompactState, SnapshotState
 f32 = jnp.float32
 
 MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
+# Chunk-local programs below which a program takes fewer heads: about four per SM of an H200
+# (132 SMs). Measured at Bolt (BENCHMARKS.md): R=4096 is fastest with 16 heads a program
+# (512 programs); R=512 with 16 (64 programs) was 1.3x slower than with 4.
+MIN_LOCAL_PROGRAMS = 512
 
 
 def supported(cfg: config_lib.Mamba2Config) -> bool:
@@ -110,8 +114,14 @@ class ChunkPlan:
   @property
   def local_heads(self) -> int:
     """Heads per chunk-local program: the tiles' local_heads, shrunk to divide the heads of
-    a group (a program's heads share its B rows and C·Bᵀ)."""
-    return config_lib.pow2_divisor(self.cfg.heads_per_group, self.tiles.local_heads)
+    a group (a program's heads share its B rows and C·Bᵀ), then halved while the grid has
+    fewer than `MIN_LOCAL_PROGRAMS` programs (short bodies: more, smaller programs keep
+    the SMs busy)."""
+    nh = config_lib.pow2_divisor(self.cfg.heads_per_group, self.tiles.local_heads)
+    per_head = (self.cfg.headdim // self.local_block_p) * (self.Rp // self.chunk) * self.B
+    while nh > 1 and self.cfg.nheads // nh * per_head < MIN_LOCAL_PROGRAMS:
+      nh //= 2
+    return nh
 
   @property
   def R(self) -> int:
