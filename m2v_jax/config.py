@@ -232,7 +232,9 @@ class ChunkTiles:
     local_warps: warps per program of the chunk-local kernel (one program per chunk, P tile
       and `local_heads` heads).
     local_heads: heads per chunk-local program (a power of two; shrunk to divide the heads
-      per group): the group's B rows and C·Bᵀ are loaded once for all of them.
+      per group, then halved while the grid would have fewer than
+      `prefill_kernels.MIN_LOCAL_PROGRAMS` programs): the group's B rows and C·Bᵀ are loaded
+      once for all of them.
     local_stages: software-pipelining depth of the chunk-local kernel's loop over its heads.
     local_block_p: P rows per chunk-local program (a power of two, >= 16 compiled; shrunk to
       divide headdim).

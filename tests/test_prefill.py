@@ -131,8 +131,29 @@ def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
       assert_close(a[0], w[0], 1e-5, f"{name} of entry 0")
 
 
+def test_chunk_local_heads_keep_the_grid_full():
+  """Heads per chunk-local program: the table's 16 at Bolt for a long body, fewer when the
+  grid would fall below MIN_LOCAL_PROGRAMS programs (short bodies), never below one."""
+  from m2v_jax import prefill_kernels as pk
+  tiles = m.chunk_tile_config(m.BOLT)
+  plan = lambda Rb, B=1: pk.ChunkPlan(cfg=m.BOLT, Rb=Rb, E=B, B=B, has_z=False,
+                                      y_dtype=jnp.bfloat16, tiles=tiles)
+  assert tiles.local_heads == 16
+  assert [plan(Rb).local_heads for Rb in (4088, 504, 29)] == [16, 2, 1]
+  assert plan(504, B=4).local_heads == 8
+  for Rb in (4088, 504):
+    p = plan(Rb)
+    assert m.BOLT.nheads // p.local_heads * (p.Rp // p.chunk) >= pk.MIN_LOCAL_PROGRAMS
+
+
 def test_chunk_tiles_are_checked():
   with pytest.raises(ValueError, match="power of two"):
     m.ChunkTiles(chunk=48)
   with pytest.raises(ValueError, match="num_stages"):
     m.ChunkTiles(num_stages=0)
+  with pytest.raises(ValueError, match="local_stages"):
+    m.ChunkTiles(local_stages=0)
+  with pytest.raises(ValueError, match="local_heads: expected a power of two"):
+    m.ChunkTiles(local_heads=3)
+  with pytest.raises(ValueError, match="local_block_p: expected a power of two"):
+    m.ChunkTiles(local_block_p=24)
