@@ -426,16 +426,19 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `config.ChunkTiles` fields
   joined by ":" (chunk:block_p:num_warps:num_stages:local_warps:local_heads:local_stages:
   local_block_p; trailing fields default), after the table's entry. Each variant's
-  final state is also checked against the serial kernel's from the same start (max abs
-  difference over max abs value, `rel_err`). A variant that fails to compile is reported
-  and skipped. Ratio: variant over the default (first row)."""
+  final state and y are also checked against the serial kernel's from the same start (max
+  abs difference over max abs value, `rel_err` of each; y is in the activation dtype, so a
+  bfloat16 y differs by its rounding, ~1e-4). A variant that fails to compile is
+  reported and skipped. Ratio: variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)
   shapes = [config_lib.ChunkTiles(*map(int, v.split(":"))) for v in variants]
-  variants = []        # the table's first; block_p as the kernels shrink it, no duplicates
+  variants = []        # the table's first; P tiles as the kernels shrink them, no duplicates
   for tiles in [config_lib.chunk_tile_config(snap)] + shapes:
-    tiles = dataclasses.replace(tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p))
+    tiles = dataclasses.replace(
+        tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p),
+        local_block_p=config_lib.pow2_divisor(snap.headdim, tiles.local_block_p))
     if tiles not in variants:
       variants.append(tiles)
   xbc, dt = _inputs(snap, 1, R, dtype)
@@ -444,17 +447,19 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   start = start._replace(ssm=jnp.asarray(rng.normal(size=start.ssm.shape), jnp.float32))
   copy = lambda s: jax.tree.map(jnp.copy, s)
   rows = jnp.zeros((1,), jnp.int32)
-  want = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
-                   backend=_backend_name, chunked=False)[1].ssm[0, -1]
+  rel = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)))
+                           / jnp.max(jnp.abs(b.astype(jnp.float32))))
+  y_want, want = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
+                           backend=_backend_name, chunked=False)
   cases, errs = [], {}
   for tiles in variants:
     fields = " ".join(f"{f.name}={getattr(tiles, f.name)}"
                       for f in dataclasses.fields(config_lib.ChunkTiles))
     name = f"chunked B=1 R={R} {fields}"              # every field: names key the results
     try:
-      got = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
-                      backend=_backend_name, chunked=True, chunk_tiles=tiles)[1].ssm[0, -1]
-      errs[name] = float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
+      y, got = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
+                         backend=_backend_name, chunked=True, chunk_tiles=tiles)
+      errs[name] = rel(got.ssm[0, -1], want.ssm[0, -1]), rel(y, y_want)
       c, _ = verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,
                          chunk_tiles=tiles, name=name)
       c.states = c.step(c.states, c.args)
@@ -466,7 +471,7 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   for c in cases:
     row = _row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
                if c is not cases[0] else None)
-    row["name"] += f" (rel_err {errs[c.name]:.1e})"
+    row["name"] += " (rel_err state {:.1e}, y {:.1e})".format(*errs[c.name])
     out.append(row)
   return out
 

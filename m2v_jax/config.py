@@ -265,6 +265,9 @@ class ChunkTiles:
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
     (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=4,
                                local_heads=16, local_stages=3, local_block_p=64),
+    # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
+    (64, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=4,
+                              local_heads=16, local_stages=3, local_block_p=64),
 }
 
 

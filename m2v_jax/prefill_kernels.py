@@ -13,8 +13,8 @@ The body:
    the chunk length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
 2. the chunked scan: an XLA einsum and two kernels. Per chunk of L rows (Mamba-2 paper, §6,
    the SSD algorithm), with acum = cumsum(dt * A) the log decay from the chunk start:
-     y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x       intra-chunk
-           + exp(acum_t) · C stateᵀ + D x                            from the carried state
+     y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x + D x   intra-chunk
+           + exp(acum_t) · C stateᵀ                                  from the carried state
      state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
    C Bᵀ is the same for every head of a group: one XLA einsum (`group_cb`) computes it per
    chunk and group. Pass 1 (`_chunk_local_kernel`, grid (heads / local_heads x P tiles,
@@ -26,8 +26,9 @@ The body:
    chunks in order: one small matmul (C stateᵀ), y written (gated), and an elementwise
    update per chunk. The matmuls run on the tensor cores with 3-pass TF32
    (`_backend.DOT_PRECISION`, about float32 accuracy); the final state is written over the
-   starting slot or base. y goes into a buffer of the call's rows, the serial tail's y is
-   written into it in place;
+   starting slot or base. y goes into a buffer of the call's rows and the serial tail's y
+   into it in place (when the padded body reaches past the call's rows, the buffer has the
+   padded body's rows and is cut to R at the end: one copy of y, and z is padded);
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
 
@@ -57,8 +58,9 @@ f32 = jnp.float32
 
 MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
 # Chunk-local programs below which a program takes fewer heads: about four per SM of an H200
-# (132 SMs). Measured at Bolt (BENCHMARKS.md): R=4096 is fastest with 16 heads a program
-# (512 programs); R=512 with 16 (64 programs) was 1.3x slower than with 4.
+# (132 SMs). Measured at Bolt, B=1 (BENCHMARKS.md): R=4096 is fastest with 16 heads a program
+# (512 programs); at R=512, 16 heads (64 programs) took 235 µs, 4 heads 180 µs (run 12) and
+# this rule's 2 heads 185 µs (run 18).
 MIN_LOCAL_PROGRAMS = 512
 
 
@@ -141,9 +143,10 @@ def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, d_ref, yin_re
   the intra-chunk output (C Bᵀ ∘ decay ∘ dt) x + D x into `yin` [B, Rp, H*P] f32 and the
   chunk's state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
   [B, chunks, H, P, N] f32. C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L] f32, one
-  XLA einsum for all heads). One program takes `local_heads` heads of a group in a loop
-  over the group's B rows and C Bᵀ, loaded once; the heads vary fastest over the grid, so
-  the programs that run together read the same chunk's rows (L2 hits)."""
+  XLA einsum for all heads). One program loops over `local_heads` heads of one group; the
+  group's B rows and C Bᵀ are loaded once, before the loop. Grid axis 0 (head blocks and P
+  tiles, P tiles fastest) varies fastest, so the programs that run together read the same
+  chunk's rows (L2 hits)."""
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.local_heads
@@ -339,6 +342,9 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   has_z = z is not None
   plan = ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
                    tiles=tiles, interpret=interpret)
+  if not interpret and min(plan.chunk, plan.block_p, plan.local_block_p) < 16:
+    raise ValueError(f"chunked prefill: compiled dots need chunk, block_p and local_block_p "
+                     f">= 16, got {plan.chunk}, {plan.block_p}, {plan.local_block_p}")
   Rp = plan.Rp
   post, dtp, conv_end = body_inputs(cfg, params, conv0, xbc[:, :Rb], dt[:, :Rb], Rp)
   # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.

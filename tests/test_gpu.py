@@ -12,6 +12,7 @@ import m2v_jax as m
 from m2v_jax import _backend, reference, rowmath
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
 from tests.test_compact import Pair
+from tests.test_prefill import check_chunked_pool
 from tests.test_pools import (PoolPair, check_nan_isolation, check_reused_entry,
                               check_sharded_verify)
 
@@ -145,6 +146,15 @@ def test_bolt_chunked_prefill_matches_reference(mode, R):
   assert_close(y, y_ref, 1e-5, "y")
   assert_close(got.ssm, want.ssm, 1e-5, "ssm")
   assert_close(got.conv, want.conv, 1e-6, "conv")
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+@pytest.mark.parametrize("R", [4000, 4096])
+def test_bolt_chunked_pool_padding_invalid_and_nan(mode, R):
+  """`test_prefill.check_chunked_pool` at Bolt (B=4 of a pool of 6, gate on): padding rows
+  zero, a rejected sequence's rows NaN (written by the kernel: compiled outputs are not NaN
+  by default), a NaN input kept in its sequence. R=4000: the padded body reaches past R."""
+  check_chunked_pool("pallas", BOLT.replace(replay_mode=mode), R)
 
 
 def test_bolt_pool_batch32():

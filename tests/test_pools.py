@@ -82,6 +82,7 @@ def check_reused_entry(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.floa
   """A pool entry reset for a new request carries nothing of the previous one over (window,
   pending rows, conv, state): after a reset, its y equals that of the same entry of a fresh
   pool, bitwise; both pool calls are checked against the reference on the way."""
+  assert num_entries > batch, "entries 1..batch are used, and a fresh one for the reuse"
   pp = PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch, dtype=dtype)
   idx = np.arange(1, batch + 1)
   reused = int(idx[3])

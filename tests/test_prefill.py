@@ -35,13 +35,19 @@ def test_chunked_matches_reference(backend, mode, R, capacity):
       assert_close(a, b, 1e-5, name)
 
 
-@pytest.mark.parametrize("tiles", [
-    m.ChunkTiles(chunk=16, block_p=4, local_heads=2, local_stages=2, local_block_p=4),
-    m.ChunkTiles(chunk=16, local_heads=4, local_warps=4)])
-def test_chunk_tiles_match_reference(backend, tiles):
+@pytest.mark.parametrize("ngroups,tiles,heads", [
+    (2, m.ChunkTiles(chunk=16, block_p=4, local_heads=2, local_stages=2, local_block_p=4), 2),
+    (2, m.ChunkTiles(chunk=16, local_heads=4, local_warps=4), 2),
+    (1, m.ChunkTiles(chunk=16, local_heads=4), 4)])
+def test_chunk_tiles_match_reference(backend, monkeypatch, ngroups, tiles, heads):
   """Other launch parameters, same results: several heads (shrunk to the heads of a group)
-  and P tiles per chunk-local program, state-passing P tiles, 3 chunks of 16."""
-  cfg = small_cfg()
+  and P tiles per chunk-local program, state-passing P tiles, 3 chunks of 16. The small
+  grid would make the plan drop to one head a program: the program-count floor is lifted."""
+  from m2v_jax import prefill_kernels as pk
+  monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
+  cfg = small_cfg(ngroups=ngroups)
+  plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles)
+  assert plan.local_heads == heads
   p = m.random_params(cfg, 41)
   rng = np.random.default_rng(41)
   B, R = 2, 51                                       # body 43 rows: 3 chunks of 16
@@ -88,21 +94,17 @@ def test_one_prefill_equals_prefill_then_verify(backend):
   assert_close(a[1], b[1], 1e-6, "conv")
 
 
-@pytest.mark.parametrize("R", [77, 72])
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
+def check_chunked_pool(backend, cfg, R, tol=1e-5):
   """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
   padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
   a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
-  the reference. The gate is on. R = 77: the body's padded chunks reach past R (the
-  kernels' y is cut to R); R = 72: they do not (z and y are used in place)."""
+  the reference. The gate is on."""
   import jax
-  cfg = small_cfg(mode=mode)
   p = m.random_params(cfg, 31)
   rng = np.random.default_rng(31)
   E, B = 6, 4
   state = random_state(cfg, E, rng=rng)
-  if mode == "compact":
+  if cfg.replay_mode == "compact":
     x8, d8 = inputs(cfg, E, 8, rng=rng)
     _, state = m.verify(cfg, p, state, x8, d8, [0] * E, backend="reference")
   idx = jnp.asarray([0, -1, 2, 4], jnp.int32)
@@ -117,7 +119,7 @@ def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
                                           backend=backend, chunked=True))
   y, got = run(state, rows, idx)
   y = np.asarray(y)
-  assert_close(y[0], y_ref[0], 1e-5, "y of sequence 0")
+  assert_close(y[0], y_ref[0], tol, "y of sequence 0")
   assert not np.any(y[1]), "padding rows are zeros"
   assert np.all(np.isnan(y[2])), "rejected sequence: NaN rows"
   assert not np.any(np.isnan(y[0])) and np.any(np.isnan(y[3]))
@@ -128,7 +130,38 @@ def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
     if name == "pending":
       assert_bitwise(a[0], w[0], name)
     else:
-      assert_close(a[0], w[0], 1e-5, f"{name} of entry 0")
+      assert_close(a[0], w[0], tol, f"{name} of entry 0")
+
+
+@pytest.mark.parametrize("R", [77, 72])
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
+  """`check_chunked_pool` at R = 77: the body's padded chunks reach past R (the kernels' y is
+  cut to R rows, z padded); R = 72: they do not (z and y used in place)."""
+  check_chunked_pool(backend, small_cfg(mode=mode), R)
+
+
+def test_chunk_pass_fills_rows_of_sequences_not_run():
+  """The state-passing kernel writes its `fill` value into every body row of a sequence it
+  does not run (the op passes NaN or zero). Checked with 7.0: interpret mode leaves unwritten
+  outputs NaN, so the op-level NaN check alone could not fail there."""
+  from m2v_jax import prefill_kernels as pk
+  cfg = small_cfg()
+  B, E, Rb = 2, 2, 40
+  plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=False, y_dtype=jnp.float32,
+                      tiles=m.ChunkTiles(chunk=16), interpret=True)
+  rng = np.random.default_rng(3)
+  xr = jnp.asarray(rng.normal(size=(B, plan.Rp, cfg.conv_dim)), jnp.float32)
+  dtr = jnp.asarray(rng.uniform(0, 1, size=(B, plan.Rp, cfg.nheads)), jnp.float32)
+  p = m.random_params(cfg, 3)
+  ssm = jnp.zeros((E, cfg.capacity, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
+  _, y = pk.chunk_scan_call(plan)(
+      jnp.arange(B, dtype=jnp.int32), jnp.zeros(B, jnp.int32), jnp.asarray([1, 0], jnp.int32),
+      jnp.asarray([0.0, 7.0], jnp.float32), xr, dtr, p.A_log, p.D, ssm)
+  y = np.asarray(y)
+  assert y.shape == (B, plan.y_rows, cfg.d_inner)
+  assert np.all(y[1, :plan.Rp] == 7.0), "fill rows of the sequence not run"
+  assert np.all(np.isfinite(y[0, :Rb])), "the sequence run"
 
 
 def test_chunk_local_heads_keep_the_grid_full():
