@@ -15,7 +15,7 @@ pytestmark = pytest.mark.lowering
 sds = jax.ShapeDtypeStruct
 
 
-def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None):
+def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_tiles=None):
   E = E or B
   args = (m.random_params(cfg), m.state_shapes(cfg, E, dtype), sds((B, R, cfg.conv_dim), dtype),
           sds((B, R, cfg.nheads), dtype), sds((B,), jnp.int32),
@@ -24,7 +24,8 @@ def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None):
           sds((B,), jnp.int32) if R <= cfg.capacity else None)
 
   def f(p, s, x, d, r, z_, ci, nr):
-    return ops._call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked)
+    return ops._call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked,
+                     chunk_tiles=chunk_tiles)
 
   return _backend.lower_for_cuda(f, *args, donate_argnums=(1,))
 
@@ -64,6 +65,15 @@ def test_chunked_prefill_lowers(mode, R, z):
   text = lower(cfg, 2, R, z, chunked=True)
   # chunked scan (two passes) + serial tail (prep, ssm) + compact pre-pass fold (prep, ssm)
   assert text.count("__gpu$xla.gpu.triton") == (4 if mode == "snapshot" else 6)
+
+
+@pytest.mark.parametrize("tiles", [m.ChunkTiles(chunk=8), m.ChunkTiles(block_p=8),
+                                   m.ChunkTiles(local_block_p=8)])
+def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
+  """Triton's smallest dot is 16 wide: compiled, such tiles get a clear error (interpret mode
+  takes them)."""
+  with pytest.raises(ValueError, match=">= 16"):
+    lower(m.BOLT, 1, 200, chunked=True, chunk_tiles=tiles)
 
 
 def test_triton_kernels_capture_ir_and_launch_params():
