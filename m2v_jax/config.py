@@ -260,7 +260,7 @@ class ChunkTiles:
         raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
 
 
-# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill tile sweep"); keyed by
+# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill variants", runs 11-16); keyed by
 # (nheads, headdim, dstate).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
     (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=4,
