@@ -83,6 +83,10 @@ class ChunkPlan:
     y_dtype: activation dtype.
     tiles: launch parameters (`config.ChunkTiles`).
     interpret: Pallas interpret mode.
+
+  Raises:
+    ValueError: compiled (not interpret) with a chunk or P tile below 16, the smallest
+      Triton dot.
   """
 
   cfg: config_lib.Mamba2Config
@@ -93,6 +97,11 @@ class ChunkPlan:
   y_dtype: jnp.dtype
   tiles: config_lib.ChunkTiles
   interpret: bool = False
+
+  def __post_init__(self):
+    if not self.interpret and min(self.chunk, self.block_p, self.local_block_p) < 16:
+      raise ValueError(f"chunked prefill: compiled dots need chunk, block_p and local_block_p "
+                       f">= 16, got {self.chunk}, {self.block_p}, {self.local_block_p}")
 
   @property
   def chunk(self) -> int:
@@ -342,9 +351,6 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   has_z = z is not None
   plan = ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
                    tiles=tiles, interpret=interpret)
-  if not interpret and min(plan.chunk, plan.block_p, plan.local_block_p) < 16:
-    raise ValueError(f"chunked prefill: compiled dots need chunk, block_p and local_block_p "
-                     f">= 16, got {plan.chunk}, {plan.block_p}, {plan.local_block_p}")
   Rp = plan.Rp
   post, dtp, conv_end = body_inputs(cfg, params, conv0, xbc[:, :Rb], dt[:, :Rb], Rp)
   # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.

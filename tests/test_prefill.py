@@ -46,7 +46,8 @@ def test_chunk_tiles_match_reference(backend, monkeypatch, ngroups, tiles, heads
   from m2v_jax import prefill_kernels as pk
   monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
   cfg = small_cfg(ngroups=ngroups)
-  plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles)
+  plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles,
+                      interpret=True)
   assert plan.local_heads == heads
   p = m.random_params(cfg, 41)
   rng = np.random.default_rng(41)
