@@ -372,6 +372,12 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
   return rows_out
 
 
+def _tiles_text(tiles) -> str:
+  """Every field of a tile dataclass as `name=value`: case names key the timings, so two
+  variants must never share one."""
+  return " ".join(f"{f.name}={getattr(tiles, f.name)}" for f in dataclasses.fields(tiles))
+
+
 def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
                 shapes_only=False):
   """Tile sweep at R=8, state_row 7: (block_p, num_warps) of the SSM kernel, then (unless
@@ -402,10 +408,7 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
       cases = []
       for tiles in variants:
         c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
-                           name=f"{cfg.replay_mode} B={B} block_p={tiles.block_p} "
-                                f"warps={tiles.num_warps} prefetch={tiles.prefetch} "
-                                f"unroll={tiles.unroll} block_c={tiles.block_c} "
-                                f"prep_warps={tiles.prep_warps}")
+                           name=f"{cfg.replay_mode} B={B} {_tiles_text(tiles)}")
         cases.append(c)
       t = time_cases(cases, max(5, blocks // 3))
       for c in cases:
@@ -453,9 +456,7 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
                            backend=_backend_name, chunked=False)
   cases, errs = [], {}
   for tiles in variants:
-    fields = " ".join(f"{f.name}={getattr(tiles, f.name)}"
-                      for f in dataclasses.fields(config_lib.ChunkTiles))
-    name = f"chunked B=1 R={R} {fields}"              # every field: names key the results
+    name = f"chunked B=1 R={R} {_tiles_text(tiles)}"
     try:
       y, got = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
                          backend=_backend_name, chunked=True, chunk_tiles=tiles)
