@@ -419,24 +419,31 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   return rows_out
 
 
+# Fields: chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
+# state_stages:out_warps:out_heads:out_stages (`config.ChunkTiles`).
 DEFAULT_CHUNK_VARIANTS = (
-    "64:32:4:1:8:1:1", "64:32:4:1:4:1:1", "64:32:4:1:4:4:2", "64:32:4:1:4:16:2",
-    "64:32:4:1:8:16:2", "64:32:4:1:4:16:2:32", "64:32:8:1:4:16:3", "64:16:4:1:4:16:3",
-    "64:64:8:1:4:16:3", "64:32:4:2:4:16:3")
+    "64:16:4:2:64:4:16:2:4:1:1", "64:8:4:1:64:4:16:2:4:1:1", "64:32:4:1:64:4:16:2:4:1:1",
+    "64:16:4:1:64:4:16:3:4:1:1", "64:16:4:1:64:4:8:2:4:1:1", "64:16:4:1:64:4:16:2:4:2:2",
+    "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "32:16:4:1:32:4:16:2:4:1:1")
+
+
+def _chunk_tiles(text: str) -> config_lib.ChunkTiles:
+  """`config.ChunkTiles` from its fields joined by ":" (trailing fields default)."""
+  return config_lib.ChunkTiles(*map(int, text.split(":")))
 
 
 def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS):
   """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `config.ChunkTiles` fields
-  joined by ":" (chunk:block_p:num_warps:num_stages:local_warps:local_heads:local_stages:
-  local_block_p; trailing fields default), after the table's entry. Each variant's
-  final state and y are also checked against the serial kernel's from the same start (max
-  abs difference over max abs value, `rel_err` of each; y is in the activation dtype, so a
-  bfloat16 y differs by its rounding, ~1e-4). A variant that fails to compile is
-  reported and skipped. Ratio: variant over the default (first row)."""
+  joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
+  state_stages:out_warps:out_heads:out_stages; trailing fields default), after the table's
+  entry. Each variant's final state and y are also checked against the serial kernel's
+  from the same start (max abs difference over max abs value, `rel_err` of each; y is in
+  the activation dtype, so a bfloat16 y differs by its rounding, ~1e-4). A variant that
+  fails to compile is reported and skipped. Ratio: variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)
-  shapes = [config_lib.ChunkTiles(*map(int, v.split(":"))) for v in variants]
+  shapes = [_chunk_tiles(v) for v in variants]
   variants = []        # the table's first; P tiles as the kernels shrink them, no duplicates
   for tiles in [config_lib.chunk_tile_config(snap)] + shapes:
     tiles = dataclasses.replace(
@@ -477,16 +484,18 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   return out
 
 
-def suite_breakdown(dtype, prefill_rows=4096):
+def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
   """Per-kernel device times from a profiler trace: verify at B=1, R=8, state_row 7, in
-  both modes, and a chunked prefill of `prefill_rows` rows (B=1, snapshot mode)."""
+  both modes, and a chunked prefill of `prefill_rows` rows (B=1, snapshot mode; with
+  `chunk_tiles`, a `config.ChunkTiles`, instead of the table's)."""
   out = {}
   for mode in (config_lib.SNAPSHOT, config_lib.COMPACT):
     cfg = _geom.replace(replay_mode=mode)
     c, _ = verify_case(cfg, 1, 8, 7, 8, dtype)
     out[mode] = kernel_times(c)
     c.states = None
-  c, _ = verify_case(_geom, 1, prefill_rows, 0, 2, dtype, min_calls=1, chunked=True)
+  c, _ = verify_case(_geom, 1, prefill_rows, 0, 2, dtype, min_calls=1, chunked=True,
+                     chunk_tiles=chunk_tiles)
   out[f"chunked R={prefill_rows}"] = kernel_times(c, steps=3)
   c.states = None
   return out
@@ -559,6 +568,9 @@ flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefil
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
 flags.DEFINE_bool("sweep_shapes_only", False, "sweep only (block_p, num_warps)")
+flags.DEFINE_string("breakdown_tiles", "",
+                    "chunked-prefill tiles of the breakdown suite, config.ChunkTiles fields "
+                    "joined by ':' as in --chunk_variants (default: the table's)")
 flags.DEFINE_list("chunk_variants", list(DEFAULT_CHUNK_VARIANTS),
                   "ChunkTiles of the chunk_sweep suite, fields joined by ':'")
 flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
@@ -581,7 +593,8 @@ def main(argv):
   for suite in FLAGS.suites:
     t0 = time.perf_counter()
     if suite == "breakdown":
-      results[suite] = suite_breakdown(dtype)
+      results[suite] = suite_breakdown(dtype, chunk_tiles=_chunk_tiles(FLAGS.breakdown_tiles)
+                                       if FLAGS.breakdown_tiles else None)
       print(f"\n## {suite}\n" + json.dumps(results[suite], indent=1), flush=True)
     else:
       sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],

@@ -220,54 +220,60 @@ def tile_config(cfg: Mamba2Config) -> TileConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkTiles:
-  """Launch parameters of the chunked-scan (prefill) kernels.
+  """Launch parameters of the chunked-scan (prefill) kernels (`prefill_kernels`: the
+  chunk-states, state-passing and output kernels).
 
   Attributes:
     chunk: rows per chunk (L; a power of two, >= 16 compiled: the smallest Triton dot).
-    block_p: P rows per program of the state-passing kernel (a power of two, >= 16 compiled;
+    block_p: P rows per program of the state-passing kernel (a power of two; it has no dot;
       shrunk to divide headdim).
     num_warps: warps per program of the state-passing kernel.
-    num_stages: software-pipelining depth of its loop over chunks (1: each chunk's loads wait
-      for the previous chunk; 2+: the next chunk's loads are issued during this one).
-    local_warps: warps per program of the chunk-local kernel (one program per chunk, P tile
-      and `local_heads` heads).
-    local_heads: heads per chunk-local program (a power of two; shrunk to divide the heads
+    num_stages: software-pipelining depth of its loop over chunks.
+    local_block_p: P rows per program of the chunk-states and output kernels (a power of two,
+      >= 16 compiled; shrunk to divide headdim).
+    state_warps: warps per program of the chunk-states kernel.
+    state_heads: heads per chunk-states program (a power of two; shrunk to divide the heads
       per group, then halved while the grid would have fewer than
-      `prefill_kernels.MIN_LOCAL_PROGRAMS` programs): the group's B rows and C·Bᵀ are loaded
-      once for all of them.
-    local_stages: software-pipelining depth of the chunk-local kernel's loop over its heads.
-    local_block_p: P rows per chunk-local program (a power of two, >= 16 compiled; shrunk to
-      divide headdim).
+      `prefill_kernels.MIN_LOCAL_PROGRAMS` programs): the group's B rows are loaded once
+      for all of them.
+    state_stages: software-pipelining depth of the chunk-states kernel's loop over its heads.
+    out_warps, out_heads, out_stages: the same for the output kernel (its heads share the
+      group's C rows and C·Bᵀ).
   """
 
   chunk: int = 64
-  block_p: int = 32
+  block_p: int = 16
   num_warps: int = 4
   num_stages: int = 1
-  local_warps: int = 8
-  local_heads: int = 1
-  local_stages: int = 1
   local_block_p: int = 64
+  state_warps: int = 4
+  state_heads: int = 1
+  state_stages: int = 1
+  out_warps: int = 4
+  out_heads: int = 1
+  out_stages: int = 1
 
   def __post_init__(self):
-    for name in ("num_stages", "local_stages"):
+    for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    for name in ("chunk", "block_p", "num_warps", "local_warps", "local_heads",
-                 "local_block_p"):
+    for name in ("chunk", "block_p", "num_warps", "local_block_p", "state_warps",
+                 "state_heads", "out_warps", "out_heads"):
       v = getattr(self, name)
       if v < 1 or v & (v - 1):
         raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
 
 
-# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill variants", runs 11-16); keyed by
+# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill variants", runs 20-24); keyed by
 # (nheads, headdim, dstate).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
-    (128, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=4,
-                               local_heads=16, local_stages=3, local_block_p=64),
+    (128, 64, 128): ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
+                               local_block_p=64, state_warps=4, state_heads=16,
+                               state_stages=2, out_warps=4, out_heads=1, out_stages=1),
     # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
-    (64, 64, 128): ChunkTiles(chunk=64, block_p=32, num_warps=4, num_stages=1, local_warps=4,
-                              local_heads=16, local_stages=3, local_block_p=64),
+    (64, 64, 128): ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
+                              local_block_p=64, state_warps=4, state_heads=16,
+                              state_stages=2, out_warps=4, out_heads=1, out_stages=1),
 }
 
 

@@ -11,31 +11,36 @@ The body:
 1. conv and dt processing for all body rows at once, in XLA (`reference.conv_prefill`,
    `rowmath.process_dt`, the same per-element code as the kernels), padded to a multiple of
    the chunk length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
-2. the chunked scan: an XLA einsum and two kernels. Per chunk of L rows (Mamba-2 paper, §6,
-   the SSD algorithm), with acum = cumsum(dt * A) the log decay from the chunk start:
+2. the chunked scan: an XLA einsum and three kernels. Per chunk of L rows (Mamba-2 paper,
+   §6, the SSD algorithm), with acum = cumsum(dt * A) the log decay from the chunk start and
+   st the state at the chunk's start:
      y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x + D x   intra-chunk
-           + exp(acum_t) · C stateᵀ                                  from the carried state
-     state = exp(acum_L) · state + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B
+           + exp(acum_t) · C stᵀ                                     from the carried state
+     state = exp(acum_L) · st + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B    the next chunk's st
    C Bᵀ is the same for every head of a group: one XLA einsum (`group_cb`) computes it per
-   chunk and group. Pass 1 (`_chunk_local_kernel`, grid (heads / local_heads x P tiles,
-   chunks, B)) computes every chunk's terms that do not depend on the carried state at
-   once: the intra-chunk y plus D x, and the chunk's own state (its last line's second
-   term), into float32 scratch; a program loops over `local_heads` heads of one group, so
-   the group's B rows and C Bᵀ are loaded once for them. Pass 2 (`_chunk_pass_kernel`,
-   grid (P / block_p, H, B)) keeps a [block_p, N] state tile in registers and walks the
-   chunks in order: one small matmul (C stateᵀ), y written (gated), and an elementwise
-   update per chunk. The matmuls run on the tensor cores with 3-pass TF32
-   (`_backend.DOT_PRECISION`, about float32 accuracy); the final state is written over the
-   starting slot or base. y goes into a buffer of the call's rows and the serial tail's y
-   into it in place (when the padded body reaches past the call's rows, the buffer has the
-   padded body's rows and is cut to R at the end: one copy of y, and z is padded);
+   chunk and group. Then
+   a. chunk states (`_chunk_states_kernel`, grid (heads / state_heads x P tiles, chunks,
+      B)): every chunk's own state from a zero start, the last line's second term, and
+      its decay exp(acum_L), all chunks at once;
+   b. state passing (`_chunk_pass_kernel`, grid (P / block_p, H, B)): elementwise, chunks in
+      order: the state at each chunk's start, st = exp(acum_L) st + own state, into a
+      buffer; the final state over the starting slot or base. No matmul on this serial
+      path: it streams at copy bandwidth;
+   c. output (`_chunk_out_kernel`, grid (heads / out_heads x P tiles, chunks, B)): y of
+      every chunk at once from its starting state (the first two lines), gated, into a
+      buffer of the call's rows; a sequence that does not run gets its fill value (NaN:
+      rejected, zero: padding).
+   The matmuls run on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`, about
+   float32 accuracy). The serial tail's y goes into the output's buffer in place (when the
+   padded body reaches past the call's rows, the buffer has the padded body's rows and is
+   cut to R at the end: one copy of y, and z is padded);
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
 
 Scratch per sequence (float32, Rp body rows padded to the chunk length L): post-conv rows
-Rp·C, C·Bᵀ (Rp/L)·G·L², intra-chunk y Rp·H·P, chunk states (Rp/L)·H·P·N; at Bolt geometry
-and R = 4096 about 168 + 8 + 134 + 268 MB = 0.58 GB, linear in B: callers prefilling many
-long prompts at once should split the batch.
+Rp·C, C·Bᵀ (Rp/L)·G·L², chunk states and chunk starting states 2·(Rp/L)·H·P·N; at Bolt
+geometry and R = 4096 about 168 + 8 + 2·268 MB = 0.71 GB, linear in B: callers prefilling
+many long prompts at once should split the batch.
 """
 
 from __future__ import annotations
@@ -57,10 +62,10 @@ from m2v_jax.state import CompactState, SnapshotState
 f32 = jnp.float32
 
 MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
-# Chunk-local programs below which a program takes fewer heads: about four per SM of an H200
-# (132 SMs). Measured at Bolt, B=1 (BENCHMARKS.md): R=4096 is fastest with 16 heads a program
-# (512 programs); at R=512, 16 heads (64 programs) took 235 µs, 4 heads 180 µs (run 12) and
-# this rule's 2 heads 185 µs (run 18).
+# Chunk-parallel programs (chunk-states and output kernels) below which a program takes
+# fewer heads: about four per SM of an H200 (132 SMs). Measured at Bolt, B=1 (BENCHMARKS.md,
+# run 12, with the kernels before run 20): at R=512 one program of 16 heads each took 235 µs,
+# 4 heads 180 µs.
 MIN_LOCAL_PROGRAMS = 512
 
 
@@ -85,8 +90,8 @@ class ChunkPlan:
     interpret: Pallas interpret mode.
 
   Raises:
-    ValueError: compiled (not interpret) with a chunk or P tile below 16, the smallest
-      Triton dot.
+    ValueError: compiled (not interpret) with a chunk or chunk-parallel P tile below 16, the
+      smallest Triton dot.
   """
 
   cfg: config_lib.Mamba2Config
@@ -99,13 +104,17 @@ class ChunkPlan:
   interpret: bool = False
 
   def __post_init__(self):
-    if not self.interpret and min(self.chunk, self.block_p, self.local_block_p) < 16:
-      raise ValueError(f"chunked prefill: compiled dots need chunk, block_p and local_block_p "
-                       f">= 16, got {self.chunk}, {self.block_p}, {self.local_block_p}")
+    if not self.interpret and min(self.chunk, self.local_block_p) < 16:
+      raise ValueError(f"chunked prefill: compiled dots need chunk and local_block_p >= 16, "
+                       f"got {self.chunk}, {self.local_block_p}")
 
   @property
   def chunk(self) -> int:
     return self.tiles.chunk
+
+  @property
+  def n_chunks(self) -> int:
+    return self.Rp // self.chunk
 
   @property
   def Rp(self) -> int:
@@ -119,20 +128,30 @@ class ChunkPlan:
 
   @property
   def local_block_p(self) -> int:
-    """P rows per chunk-local program: the tiles' local_block_p, shrunk to divide headdim."""
+    """P rows per chunk-states and output program: the tiles' local_block_p, shrunk to
+    divide headdim."""
     return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.local_block_p)
 
-  @property
-  def local_heads(self) -> int:
-    """Heads per chunk-local program: the tiles' local_heads, shrunk to divide the heads of
-    a group (a program's heads share its B rows and C·Bᵀ), then halved while the grid has
+  def _heads(self, wanted: int) -> int:
+    """Heads per chunk-parallel program: `wanted`, shrunk to divide the heads of a group
+    (a program's heads share its B or C rows and C·Bᵀ), then halved while the grid has
     fewer than `MIN_LOCAL_PROGRAMS` programs (short bodies: more, smaller programs keep
     the SMs busy)."""
-    nh = config_lib.pow2_divisor(self.cfg.heads_per_group, self.tiles.local_heads)
-    per_head = (self.cfg.headdim // self.local_block_p) * (self.Rp // self.chunk) * self.B
+    nh = config_lib.pow2_divisor(self.cfg.heads_per_group, wanted)
+    per_head = (self.cfg.headdim // self.local_block_p) * self.n_chunks * self.B
     while nh > 1 and self.cfg.nheads // nh * per_head < MIN_LOCAL_PROGRAMS:
       nh //= 2
     return nh
+
+  @property
+  def state_heads(self) -> int:
+    """Heads per chunk-states program (`_heads` of the tiles' state_heads)."""
+    return self._heads(self.tiles.state_heads)
+
+  @property
+  def out_heads(self) -> int:
+    """Heads per output program (`_heads` of the tiles' out_heads)."""
+    return self._heads(self.tiles.out_heads)
 
   @property
   def R(self) -> int:
@@ -141,34 +160,118 @@ class ChunkPlan:
 
   @property
   def y_rows(self) -> int:
-    """Rows of the state-passing kernel's y output: the padded body, at least the call's
-    rows, so that the serial tail's y is written into it in place."""
+    """Rows of the output kernel's y: the padded body, at least the call's rows, so that
+    the serial tail's y is written into it in place."""
     return max(self.Rp, self.R)
 
 
-def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, d_ref, yin_ref, s_ref, *,
-                        plan: ChunkPlan):
-  """Pass 1, grid (H / local_heads x P / local_block_p, chunks, B), every chunk at once:
-  the intra-chunk output (C Bᵀ ∘ decay ∘ dt) x + D x into `yin` [B, Rp, H*P] f32 and the
-  chunk's state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
-  [B, chunks, H, P, N] f32. C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L] f32, one
-  XLA einsum for all heads). One program loops over `local_heads` heads of one group; the
-  group's B rows and C Bᵀ are loaded once, before the loop. Grid axis 0 (head blocks and P
-  tiles, P tiles fastest) varies fastest, so the programs that run together read the same
-  chunk's rows (L2 hits)."""
+def _log_decay(dtv, a_h, L):
+  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1]): one formula for both
+  chunk-parallel kernels (their summation order may differ with their warps: float32
+  rounding apart)."""
+  acum = jnp.cumsum(dtv * a_h)
+  last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
+  return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
+
+
+def _head_grid(plan: ChunkPlan, nh: int):
+  """(program id 0 -> first head h0, P-tile index) of a chunk-parallel grid whose axis 0
+  enumerates blocks of `nh` heads x P tiles, P tiles fastest (programs that run together
+  read the same chunk's rows: L2 hits)."""
+  P, BP = plan.cfg.headdim, plan.local_block_p
+  hp = pl.program_id(0)
+  return (hp // (P // BP)) * nh, hp % (P // BP)
+
+
+def _chunk_states_kernel(go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, *, plan: ChunkPlan):
+  """Chunk states, grid (H / state_heads x P / local_block_p, chunks, B), every chunk at
+  once: the chunk's own state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
+  [B, chunks, H, P, N] f32, and its decay exp(acum_L) into `dec` [B, chunks, H] f32 (the
+  programs of a head's P tiles write the same value). A program loops over `state_heads`
+  heads of one group; the group's B rows are loaded once."""
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
-  HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.local_heads
-  hp, c, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  h0, pid_p = (hp // (P // BP)) * NH, hp % (P // BP)
+  HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
+  c, b = pl.program_id(1), pl.program_id(2)
+  h0, pid_p = _head_grid(plan, NH)
+  g = h0 // cfg.heads_per_group
+  rows = pl.ds(c * L, L)
+
+  @pl.when(go_ref[b] > 0)
+  def _run():
+    bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
+
+    def head(j, carry):
+      h = h0 + j
+      x = xr_ref[b, rows, pl.ds(h * P + pid_p * BP, BP)]         # [L, BP]
+      dtv = dtr_ref[b, rows, h]                                  # [L]
+      acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+      w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
+      s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = _backend.dot(
+          x * w_s[:, None], bm, trans_a=True, interpret=plan.interpret)
+      dec_ref[b, c, h] = jnp.exp(acum_l)
+      return carry
+
+    if NH == 1:
+      head(0, 0)
+    else:
+      lax.fori_loop(0, NH, head, 0)
+
+
+def _chunk_pass_kernel(idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_in, ssm_out, st_ref, *,
+                       plan: ChunkPlan):
+  """State passing, grid (P / block_p, H, B), chunks in order, elementwise (no matmul on
+  the serial path): from the starting state, st = dec · st + s per chunk; each chunk's
+  starting state into `st` [B, chunks, H, P, N] f32, the final state over the starting
+  slot (snapshot) or base (compact). A sequence that does not run writes nothing."""
+  cfg = plan.cfg
+  BP = plan.block_p
+  compact = cfg.replay_mode == config_lib.COMPACT
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  e = jnp.maximum(idx_ref[b], 0)
+  ps = pl.ds(pid_p * BP, BP)
+
+  @pl.when(go_ref[b] > 0)
+  def _run():
+    st = ssm_in[e, h, ps, :] if compact else ssm_in[e, slot_ref[b], h, ps, :]
+
+    def chunk(c, st):
+      own = s_ref[b, c, h, ps, :]
+      st_ref[b, c, h, ps, :] = st
+      return dec_ref[b, c, h] * st + own
+
+    st = lax.fori_loop(0, plan.n_chunks, chunk, st)
+    if compact:
+      ssm_out[e, h, ps, :] = st
+    else:
+      ssm_out[e, slot_ref[b], h, ps, :] = st
+
+
+def _chunk_out_kernel(*refs, plan: ChunkPlan):
+  """Output, grid (H / out_heads x P / local_block_p, chunks, B), every chunk at once:
+  (C Bᵀ ∘ decay ∘ dt) x + D x + exp(acum) C stᵀ (st: the chunk's starting state), gated,
+  into y [B, y_rows, H*P] (rows of the padded body; the serial tail's rows are left). A
+  sequence that does not run gets its `fill` [B] value (NaN: rejected, zero: padding, as
+  `reference.finish_y` gives). C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L]
+  f32); a program loops over `out_heads` heads of one group."""
+  refs = list(refs)
+  go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref = refs[:6]
+  del refs[:6]
+  z_ref = refs.pop(0) if plan.has_z else None
+  alog_ref, d_ref, y_ref = refs
+  cfg = plan.cfg
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
+  c, b = pl.program_id(1), pl.program_id(2)
+  h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
   rows = pl.ds(c * L, L)
   dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
 
   @pl.when(go_ref[b] > 0)
   def _run():
-    bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
     cb = cb_ref[b, c, g, :, :]                                   # [L, L]
+    cm = xr_ref[b, rows, pl.ds(HP + G * N + g * N, N)]           # [L, N]
     t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
     s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
     causal = t_idx >= s_idx
@@ -178,18 +281,27 @@ def _chunk_local_kernel(go_ref, xr_ref, dtr_ref, cb_ref, alog_ref, d_ref, yin_re
       xcols = pl.ds(h * P + pid_p * BP, BP)
       x = xr_ref[b, rows, xcols]                                 # [L, BP]
       dtv = dtr_ref[b, rows, h]                                  # [L]
-      acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+      acum, _ = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
       w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
-      yin_ref[b, rows, xcols] = dot(cb * w_ts, x) + d_ref[h] * x
-      w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
-      s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = dot(x * w_s[:, None], bm, trans_a=True)
+      y = dot(cb * w_ts, x) + d_ref[h] * x
+      cst = dot(cm, st_ref[b, c, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
+      y = y + jnp.exp(acum)[:, None] * cst
+      if plan.has_z:
+        y = rowmath.gate(y, z_ref[b, rows, xcols].astype(f32))
+      y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
       return carry
 
     if NH == 1:
       head(0, 0)
     else:
       lax.fori_loop(0, NH, head, 0)
+
+  @pl.when(go_ref[b] == 0)
+  def _fill():
+    tile = jnp.broadcast_to(fill_ref[b], (L, BP)).astype(y_ref.dtype)
+    for j in range(NH):
+      y_ref[b, rows, pl.ds((h0 + j) * P + pid_p * BP, BP)] = tile
 
 
 def group_cb(cfg, xr, chunk: int, interpret: bool):
@@ -204,110 +316,46 @@ def group_cb(cfg, xr, chunk: int, interpret: bool):
                     preferred_element_type=f32)
 
 
-def _log_decay(dtv, a_h, L):
-  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1]): one formula for both
-  passes (their summation order may differ with their warps: float32 rounding apart)."""
-  acum = jnp.cumsum(dtv * a_h)
-  last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
-  return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
-
-
-def _chunk_pass_kernel(*refs, plan: ChunkPlan):
-  """Pass 2, grid (P / block_p, H, B), chunks in order: from the starting state, each chunk
-  adds C stateᵀ scaled by exp(acum) to its intra-chunk output (which holds D x already;
-  then the gate) and writes y, then passes the state on: state = exp(acum_L) state + the
-  chunk's own state. A sequence that does not run gets its `fill` value (NaN: rejected,
-  zero: padding, as `reference.finish_y` gives) in every y row of the body."""
-  cfg = plan.cfg
-  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
-  HP, GN = cfg.d_inner, G * N
-  BP, L = plan.block_p, plan.chunk
-  compact = cfg.replay_mode == config_lib.COMPACT
-  refs = list(refs)
-  idx_ref, slot_ref, go_ref, fill_ref, xr_ref, dtr_ref, yin_ref, s_ref = refs[:8]
-  del refs[:8]
-  z_ref = refs.pop(0) if plan.has_z else None
-  alog_ref, ssm_in, ssm_out, y_ref = refs
-
-  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  e = jnp.maximum(idx_ref[b], 0)
-  g = h // cfg.heads_per_group
-  ps = pl.ds(pid_p * BP, BP)
-  xcols = pl.ds(h * P + pid_p * BP, BP)
-  ccols = pl.ds(HP + GN + g * N, N)
-  a_h = -jnp.exp(alog_ref[h])
-  n_chunks = plan.Rp // L
-
-  @pl.when(go_ref[b] > 0)
-  def _run():
-    if compact:
-      st = ssm_in[e, h, ps, :]
-    else:
-      st = ssm_in[e, slot_ref[b], h, ps, :]
-
-    def chunk(c, st):
-      rows = pl.ds(c * L, L)
-      cm = xr_ref[b, rows, ccols]                                # [L, N]
-      acum, acum_l = _log_decay(dtr_ref[b, rows, h], a_h, L)
-      cst = _backend.dot(cm, st, trans_b=True, interpret=plan.interpret)   # C stateᵀ
-      y = yin_ref[b, rows, xcols] + jnp.exp(acum)[:, None] * cst
-      if plan.has_z:
-        y = rowmath.gate(y, z_ref[b, rows, xcols].astype(f32))
-      y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
-      return jnp.exp(acum_l) * st + s_ref[b, c, h, ps, :]
-
-    st = lax.fori_loop(0, n_chunks, chunk, st)
-    if compact:
-      ssm_out[e, h, ps, :] = st
-    else:
-      ssm_out[e, slot_ref[b], h, ps, :] = st
-
-  @pl.when(go_ref[b] == 0)
-  def _fill():
-    tile = jnp.broadcast_to(fill_ref[b], (L, BP)).astype(y_ref.dtype)
-
-    def chunk(c, carry):
-      y_ref[b, pl.ds(c * L, L), xcols] = tile
-      return carry
-
-    lax.fori_loop(0, n_chunks, chunk, 0)
-
-
 def chunk_scan_call(plan: ChunkPlan):
-  """The chunked scan (both passes) as a function of arrays:
+  """The chunked scan (all three kernels) as a function of arrays:
   `(cache_indices, slot, go, fill, xr, dtr, [z], A_log, D, ssm) -> (ssm, y [B, y_rows, H*P])`.
 
-  go [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` [B] float32 value.
-  z, if any, has at least Rp rows. y's rows Rb.. are left for the serial tail."""
-  cfg = plan.cfg
+  go [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` [B] float32 value
+  and keeps its state. z, if any, has at least Rp rows. y's rows Rb.. are left for the
+  serial tail."""
+  cfg, t = plan.cfg, plan.tiles
   H, P, N, E, S = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, cfg.capacity
-  nc = plan.Rp // plan.chunk
+  nc = plan.n_chunks
   compact = cfg.replay_mode == config_lib.COMPACT
   sds = jax.ShapeDtypeStruct
   ssm_shape = sds((E, H, P, N), f32) if compact else sds((E, S, H, P, N), f32)
-  L = plan.chunk
-  local = _backend.pallas_call(
-      lambda *refs: _chunk_local_kernel(*refs, plan=plan),
-      grid=(H // plan.local_heads * (P // plan.local_block_p), nc, plan.B),
-      out_shape=(sds((plan.B, plan.Rp, cfg.d_inner), f32), sds((plan.B, nc, H, P, N), f32)),
-      input_output_aliases={}, num_warps=plan.tiles.local_warps,
-      num_stages=plan.tiles.local_stages, interpret=plan.interpret,
-      name=f"m2v_chunk_local_{cfg.replay_mode}")
-  n_in = 8 + (1 if plan.has_z else 0) + 1
+  tiles_p = P // plan.local_block_p
+  states = _backend.pallas_call(
+      lambda *refs: _chunk_states_kernel(*refs, plan=plan),
+      grid=(H // plan.state_heads * tiles_p, nc, plan.B),
+      out_shape=(sds((plan.B, nc, H, P, N), f32), sds((plan.B, nc, H), f32)),
+      input_output_aliases={}, num_warps=t.state_warps, num_stages=t.state_stages,
+      interpret=plan.interpret, name=f"m2v_chunk_states_{cfg.replay_mode}")
   passing = _backend.pallas_call(
       lambda *refs: _chunk_pass_kernel(*refs, plan=plan),
       grid=(P // plan.block_p, H, plan.B),
-      out_shape=(ssm_shape, sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype)),
-      input_output_aliases={n_in: 0},
-      num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages, interpret=plan.interpret,
-      name=f"m2v_chunk_pass_{cfg.replay_mode}")
+      out_shape=(ssm_shape, sds((plan.B, nc, H, P, N), f32)),
+      input_output_aliases={5: 0}, num_warps=t.num_warps, num_stages=t.num_stages,
+      interpret=plan.interpret, name=f"m2v_chunk_pass_{cfg.replay_mode}")
+  out = _backend.pallas_call(
+      lambda *refs: _chunk_out_kernel(*refs, plan=plan),
+      grid=(H // plan.out_heads * tiles_p, nc, plan.B),
+      out_shape=sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype),
+      input_output_aliases={}, num_warps=t.out_warps, num_stages=t.out_stages,
+      interpret=plan.interpret, name=f"m2v_chunk_out_{cfg.replay_mode}")
 
   def run(idx, slot, go, fill, xr, dtr, *rest):
     zs = rest[:1] if plan.has_z else ()
     a_log, d, ssm = rest[len(zs):]
-    cb = group_cb(cfg, xr, L, plan.interpret)
-    yin, s = local(go, xr, dtr, cb, a_log, d)
-    return passing(idx, slot, go, fill, xr, dtr, yin, s, *zs, a_log, ssm)
+    own, dec = states(go, xr, dtr, a_log)
+    ssm, starts = passing(idx, slot, go, dec, own, ssm)
+    cb = group_cb(cfg, xr, plan.chunk, plan.interpret)
+    return ssm, out(go, fill, xr, dtr, cb, starts, *zs, a_log, d)
 
   return run
 

@@ -1,5 +1,7 @@
 """Chunked (SSD) prefill against the serial reference, and its hand-off to both modes."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -36,19 +38,21 @@ def test_chunked_matches_reference(backend, mode, R, capacity):
 
 
 @pytest.mark.parametrize("ngroups,tiles,heads", [
-    (2, m.ChunkTiles(chunk=16, block_p=4, local_heads=2, local_stages=2, local_block_p=4), 2),
-    (2, m.ChunkTiles(chunk=16, local_heads=4, local_warps=4), 2),
-    (1, m.ChunkTiles(chunk=16, local_heads=4), 4)])
+    (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=4, state_heads=2, state_stages=2,
+                     out_heads=2, out_stages=2), (2, 2)),
+    (2, m.ChunkTiles(chunk=16, block_p=1, state_heads=4, out_heads=1, out_warps=8), (2, 1)),
+    (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4), (1, 4))])
 def test_chunk_tiles_match_reference(backend, monkeypatch, ngroups, tiles, heads):
   """Other launch parameters, same results: several heads (shrunk to the heads of a group)
-  and P tiles per chunk-local program, state-passing P tiles, 3 chunks of 16. The small
-  grid would make the plan drop to one head a program: the program-count floor is lifted."""
+  and P tiles per chunk-states and output program, state-passing P tiles down to one row,
+  3 chunks of 16. The small grid would make the plan drop to one head a program: the
+  program-count floor is lifted."""
   from m2v_jax import prefill_kernels as pk
   monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
   cfg = small_cfg(ngroups=ngroups)
   plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles,
                       interpret=True)
-  assert plan.local_heads == heads
+  assert (plan.state_heads, plan.out_heads) == heads
   p = m.random_params(cfg, 41)
   rng = np.random.default_rng(41)
   B, R = 2, 51                                       # body 43 rows: 3 chunks of 16
@@ -142,8 +146,8 @@ def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
   check_chunked_pool(backend, small_cfg(mode=mode), R)
 
 
-def test_chunk_pass_fills_rows_of_sequences_not_run():
-  """The state-passing kernel writes its `fill` value into every body row of a sequence it
+def test_chunk_out_fills_rows_of_sequences_not_run():
+  """The output kernel writes its `fill` value into every body row of a sequence it
   does not run (the op passes NaN or zero). Checked with 7.0: interpret mode leaves unwritten
   outputs NaN, so the op-level NaN check alone could not fail there."""
   from m2v_jax import prefill_kernels as pk
@@ -165,19 +169,23 @@ def test_chunk_pass_fills_rows_of_sequences_not_run():
   assert np.all(np.isfinite(y[0, :Rb])), "the sequence run"
 
 
-def test_chunk_local_heads_keep_the_grid_full():
-  """Heads per chunk-local program: the table's 16 at Bolt for a long body, fewer when the
-  grid would fall below MIN_LOCAL_PROGRAMS programs (short bodies), never below one."""
+def test_chunk_heads_keep_the_grid_full():
+  """Heads per chunk-states program: the table's 16 at Bolt for a long body, fewer when the
+  grid would fall below MIN_LOCAL_PROGRAMS programs (short bodies), never below one; the
+  output kernel's (1 in the table) the same rule."""
   from m2v_jax import prefill_kernels as pk
   tiles = m.chunk_tile_config(m.BOLT)
-  plan = lambda Rb, B=1: pk.ChunkPlan(cfg=m.BOLT, Rb=Rb, E=B, B=B, has_z=False,
-                                      y_dtype=jnp.bfloat16, tiles=tiles)
-  assert tiles.local_heads == 16
-  assert [plan(Rb).local_heads for Rb in (4088, 504, 29)] == [16, 2, 1]
-  assert plan(504, B=4).local_heads == 8
+  plan = lambda Rb, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, Rb=Rb, E=B, B=B, has_z=False,
+                                               y_dtype=jnp.bfloat16, tiles=t)
+  assert (tiles.state_heads, tiles.out_heads) == (16, 1)
+  assert [plan(Rb).state_heads for Rb in (4088, 504, 29)] == [16, 2, 1]
+  assert plan(504, B=4).state_heads == 8
+  assert [plan(Rb).out_heads for Rb in (4088, 504, 29)] == [1, 1, 1]
+  wide = dataclasses.replace(tiles, out_heads=8)
+  assert [plan(Rb, t=wide).out_heads for Rb in (4088, 504)] == [8, 2]
   for Rb in (4088, 504):
     p = plan(Rb)
-    assert m.BOLT.nheads // p.local_heads * (p.Rp // p.chunk) >= pk.MIN_LOCAL_PROGRAMS
+    assert m.BOLT.nheads // p.state_heads * (p.Rp // p.chunk) >= pk.MIN_LOCAL_PROGRAMS
 
 
 def test_chunk_tiles_are_checked():
@@ -185,9 +193,13 @@ def test_chunk_tiles_are_checked():
     m.ChunkTiles(chunk=48)
   with pytest.raises(ValueError, match="num_stages"):
     m.ChunkTiles(num_stages=0)
-  with pytest.raises(ValueError, match="local_stages"):
-    m.ChunkTiles(local_stages=0)
-  with pytest.raises(ValueError, match="local_heads: expected a power of two"):
-    m.ChunkTiles(local_heads=3)
+  with pytest.raises(ValueError, match="state_stages"):
+    m.ChunkTiles(state_stages=0)
+  with pytest.raises(ValueError, match="out_stages"):
+    m.ChunkTiles(out_stages=0)
+  with pytest.raises(ValueError, match="state_heads: expected a power of two"):
+    m.ChunkTiles(state_heads=3)
+  with pytest.raises(ValueError, match="out_warps: expected a power of two"):
+    m.ChunkTiles(out_warps=6)
   with pytest.raises(ValueError, match="local_block_p: expected a power of two"):
     m.ChunkTiles(local_block_p=24)
