@@ -239,6 +239,8 @@ class ChunkTiles:
     state_stages: software-pipelining depth of the chunk-states kernel's loop over its heads.
     out_warps, out_heads, out_stages: the same for the output kernel (its heads share the
       group's C rows and C·Bᵀ).
+    conv_rows, conv_cols, conv_warps: rows (at most the chunk) and channels (shrunk to
+      divide conv_dim) per program of the body's conv kernel, and its warps (powers of two).
   """
 
   chunk: int = 64
@@ -252,13 +254,17 @@ class ChunkTiles:
   out_warps: int = 4
   out_heads: int = 1
   out_stages: int = 1
+  conv_rows: int = 32
+  conv_cols: int = 256
+  conv_warps: int = 4
 
   def __post_init__(self):
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
     for name in ("chunk", "block_p", "num_warps", "local_block_p", "state_warps",
-                 "state_heads", "out_warps", "out_heads"):
+                 "state_heads", "out_warps", "out_heads", "conv_rows", "conv_cols",
+                 "conv_warps"):
       v = getattr(self, name)
       if v < 1 or v & (v - 1):
         raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")

@@ -54,7 +54,6 @@ from jax.experimental import pallas as pl
 
 from m2v_jax import _backend
 from m2v_jax import config as config_lib
-from m2v_jax import reference
 from m2v_jax import rowmath
 from m2v_jax import verify_kernels
 from m2v_jax.state import CompactState, SnapshotState
@@ -91,7 +90,7 @@ class ChunkPlan:
 
   Raises:
     ValueError: compiled (not interpret) with a chunk or chunk-parallel P tile below 16, the
-      smallest Triton dot.
+      smallest Triton dot; a chunk shorter than the conv state (K-1 rows).
   """
 
   cfg: config_lib.Mamba2Config
@@ -104,6 +103,9 @@ class ChunkPlan:
   interpret: bool = False
 
   def __post_init__(self):
+    if self.chunk < self.cfg.d_conv - 1:
+      raise ValueError(f"chunked prefill: chunk {self.chunk} below the conv state's "
+                       f"{self.cfg.d_conv - 1} rows")
     if not self.interpret and min(self.chunk, self.local_block_p) < 16:
       raise ValueError(f"chunked prefill: compiled dots need chunk and local_block_p >= 16, "
                        f"got {self.chunk}, {self.local_block_p}")
@@ -152,6 +154,18 @@ class ChunkPlan:
   def out_heads(self) -> int:
     """Heads per output program (`_heads` of the tiles' out_heads)."""
     return self._heads(self.tiles.out_heads)
+
+  @property
+  def conv_rows(self) -> int:
+    """Rows per conv program: the tiles' conv_rows, at most the chunk (Rp is a multiple)
+    and at least K-1 (only the first block reads the conv state's rows)."""
+    return min(max(self.tiles.conv_rows,
+                   1 << (self.cfg.d_conv - 2).bit_length()), self.chunk)
+
+  @property
+  def conv_cols(self) -> int:
+    """Channels per conv program: the tiles' conv_cols, shrunk to divide conv_dim."""
+    return config_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
 
   @property
   def R(self) -> int:
@@ -360,14 +374,58 @@ def chunk_scan_call(plan: ChunkPlan):
   return run
 
 
-def body_inputs(cfg, params, conv0, xbc, dt, Rp):
-  """Post-conv rows [B, Rp, C] f32 and processed dt [B, Rp, H] f32 of the body, zero-padded
-  (padded rows: x = B = C = 0, dt = 0), and the conv state after the body."""
-  R = xbc.shape[1]
-  post, conv_end = reference.conv_prefill(cfg, params, conv0, xbc)
-  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
-  pad = [(0, 0), (0, Rp - R), (0, 0)]
-  return jnp.pad(post, pad), jnp.pad(dtp, pad), conv_end
+def _conv_kernel(xbc_ref, head_ref, w_ref, bias_ref, post_ref, *, plan: ChunkPlan):
+  """Body conv, grid (Rp / conv_rows, C / conv_cols, B): post-conv rows [B, Rp, C] f32,
+  silu(sum_k w_k x[r - (K-1) + k] + bias) (`rowmath.conv_output`), where rows before the
+  body come from the conv state's K-1 rows (`head` [B, K-1, C]) and rows from Rb on (the
+  padding) are zero. Each tap's rows are a gather with row indices clamped into range (in
+  bounds compiled and in interpret mode alike), then a select between body and state."""
+  cfg = plan.cfg
+  K, BR, BC, Rb = cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.Rb
+  i, j, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  r = i * BR + lax.broadcasted_iota(jnp.int32, (BR,), 0)
+  cols = pl.ds(j * BC, BC)
+  taps = [w_ref[cols, k].astype(f32)[None, :] for k in range(K)]
+  bias = bias_ref[cols].astype(f32)[None, :]
+
+  def conv(first: bool):
+    window = []
+    for k in range(K):
+      src = r - (K - 1) + k                                      # body row of tap k
+      v = xbc_ref[b, jnp.clip(src, 0, Rb - 1), cols].astype(f32)           # [BR, BC]
+      if first:                                                  # rows before the body
+        hv = head_ref[b, jnp.clip(src + K - 1, 0, K - 2), cols].astype(f32)
+        v = jnp.where((src >= 0)[:, None], v, hv)
+      window.append(v)
+    out = rowmath.conv_output(taps, window, bias)
+    post_ref[b, pl.ds(i * BR, BR), cols] = jnp.where((r < Rb)[:, None], out, 0.0)
+
+  # Only the first block reaches before the body (conv_rows >= K-1 by the plan).
+  pl.when(i == 0)(lambda: conv(True))
+  pl.when(i > 0)(lambda: conv(False))
+
+
+def body_inputs(plan: ChunkPlan, params, conv0, xbc, dt):
+  """Post-conv rows [B, Rp, C] f32 and processed dt [B, Rp, H] f32 of the body (the first
+  plan.Rb rows of xbc [B, R, C] and dt [B, R, H]), zero-padded (padded rows: x = B = C = 0,
+  dt = 0), and the conv state after the body [B, C, K-1] f32. conv0 [B, C, K-1]: the conv
+  state before it. The conv is a Pallas kernel (`_conv_kernel`)."""
+  cfg, Rb, Rp = plan.cfg, plan.Rb, plan.Rp
+  K, C = cfg.d_conv, cfg.conv_dim
+  head = jnp.swapaxes(conv0, 1, 2)                               # [B, K-1, C]
+  conv = _backend.pallas_call(
+      lambda *refs: _conv_kernel(*refs, plan=plan),
+      grid=(Rp // plan.conv_rows, C // plan.conv_cols, plan.B),
+      out_shape=jax.ShapeDtypeStruct((plan.B, Rp, C), f32), input_output_aliases={},
+      num_warps=plan.tiles.conv_warps, num_stages=1, interpret=plan.interpret,
+      name="m2v_chunk_conv")
+  post = conv(xbc, head, params.conv_weight, params.conv_bias)
+  # The conv state after the body: the last K-1 rows of [conv0 rows; body rows].
+  common = jnp.promote_types(conv0.dtype, xbc.dtype)
+  last = jnp.concatenate([head.astype(common), xbc[:, max(Rb - (K - 1), 0):Rb].astype(common)],
+                         axis=1)[:, -(K - 1):]
+  dtp = rowmath.process_dt(dt[:, :Rb].astype(f32), params.dt_bias, cfg.dt_limit)
+  return post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]), jnp.swapaxes(last, 1, 2).astype(f32)
 
 
 def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
@@ -400,7 +458,7 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   plan = ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
                    tiles=tiles, interpret=interpret)
   Rp = plan.Rp
-  post, dtp, conv_end = body_inputs(cfg, params, conv0, xbc[:, :Rb], dt[:, :Rb], Rp)
+  post, dtp, conv_end = body_inputs(plan, params, conv0, xbc, dt)
   # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.
   zb = [z if Rp <= R else jnp.pad(z, [(0, 0), (0, Rp - R), (0, 0)])] if has_z else []
   fill = jnp.where(pad, 0.0, jnp.nan).astype(f32)            # y rows of a sequence not run

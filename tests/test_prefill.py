@@ -169,6 +169,31 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   assert np.all(np.isfinite(y[0, :Rb])), "the sequence run"
 
 
+@pytest.mark.parametrize("Rb,conv_rows,dtype", [(43, 8, jnp.float32), (5, 4, jnp.bfloat16),
+                                                (64, 16, jnp.bfloat16)])
+def test_body_conv_matches_reference(Rb, conv_rows, dtype):
+  """The body's conv kernel vs `reference.conv_prefill`: rows before the body from the conv
+  state (bfloat16 state and inputs too), rows of the padding zero, the conv state after the
+  body; bodies shorter than a block, one block, several blocks with padding."""
+  from m2v_jax import prefill_kernels as pk, reference
+  cfg = small_cfg()
+  B, R = 2, Rb + 8
+  rng = np.random.default_rng(Rb)
+  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(size=(B, R, cfg.nheads)), dtype)
+  conv0 = jnp.asarray(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), dtype)
+  p = m.random_params(cfg, Rb)
+  plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=B, B=B, has_z=False, y_dtype=dtype, interpret=True,
+                      tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32))
+  post, dtp, conv_end = pk.body_inputs(plan, p, conv0, xbc, dt)
+  want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
+  assert post.shape == (B, plan.Rp, cfg.conv_dim) and dtp.shape == (B, plan.Rp, cfg.nheads)
+  assert_close(post[:, :Rb], want, 1e-6, "post-conv rows")
+  assert_bitwise(post[:, Rb:], jnp.zeros_like(post[:, Rb:]), "padding rows")
+  assert_bitwise(dtp[:, Rb:], jnp.zeros_like(dtp[:, Rb:]), "padding dt")
+  assert_bitwise(conv_end, want_end, "conv state after the body")
+
+
 def test_chunk_heads_keep_the_grid_full():
   """Heads per chunk-states program: the table's 16 at Bolt for a long body, fewer when the
   grid would fall below MIN_LOCAL_PROGRAMS programs (short bodies), never below one; the
@@ -201,5 +226,11 @@ def test_chunk_tiles_are_checked():
     m.ChunkTiles(state_heads=3)
   with pytest.raises(ValueError, match="out_warps: expected a power of two"):
     m.ChunkTiles(out_warps=6)
+  with pytest.raises(ValueError, match="conv_cols: expected a power of two"):
+    m.ChunkTiles(conv_cols=96)
+  from m2v_jax import prefill_kernels as pk
+  with pytest.raises(ValueError, match="below the conv state"):
+    pk.ChunkPlan(cfg=small_cfg(), Rb=40, E=1, B=1, has_z=False, y_dtype=jnp.float32,
+                 tiles=m.ChunkTiles(chunk=2), interpret=True)
   with pytest.raises(ValueError, match="local_block_p: expected a power of two"):
     m.ChunkTiles(local_block_p=24)
