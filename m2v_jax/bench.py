@@ -420,11 +420,13 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
 
 
 # Fields: chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
-# state_stages:out_warps:out_heads:out_stages (`config.ChunkTiles`).
+# state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps
+# (`config.ChunkTiles`; trailing fields default).
 DEFAULT_CHUNK_VARIANTS = (
     "64:16:4:2:64:4:16:2:4:1:1", "64:8:4:1:64:4:16:2:4:1:1", "64:32:4:1:64:4:16:2:4:1:1",
     "64:16:4:1:64:4:16:3:4:1:1", "64:16:4:1:64:4:8:2:4:1:1", "64:16:4:1:64:4:16:2:4:2:2",
-    "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "32:16:4:1:32:4:16:2:4:1:1")
+    "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "32:16:4:1:32:4:16:2:4:1:1",
+    "64:16:4:1:64:4:16:2:4:1:1:16:256:4", "64:16:4:1:64:4:16:2:4:1:1:32:128:4")
 
 
 def _chunk_tiles(text: str) -> config_lib.ChunkTiles:
@@ -435,8 +437,8 @@ def _chunk_tiles(text: str) -> config_lib.ChunkTiles:
 def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS):
   """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `config.ChunkTiles` fields
   joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
-  state_stages:out_warps:out_heads:out_stages; trailing fields default), after the table's
-  entry. Each variant's final state and y are also checked against the serial kernel's
+  state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps; trailing
+  fields default), after the table's entry. Each variant's final state and y are also checked against the serial kernel's
   from the same start (max abs difference over max abs value, `rel_err` of each; y is in
   the activation dtype, so a bfloat16 y differs by its rounding, ~1e-4). A variant that
   fails to compile is reported and skipped. Ratio: variant over the default (first row)."""

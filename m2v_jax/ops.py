@@ -282,7 +282,7 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   `ChunkTiles` overriding the measured table, `config.chunk_tile_config`). The chunked scan
   needs a power-of-two divisor of headdim >= 16 and dstate >= 16 (Triton's smallest dot);
   other geometries run serially, and `chunked=True` for them raises ValueError. Its float32
-  scratch grows with B x R (about 0.58 GB per sequence at Bolt geometry and R = 4096; see
+  scratch grows with B x R (about 0.71 GB per sequence at Bolt geometry and R = 4096; see
   `prefill_kernels`).
   """
   backend = config_lib.resolve_backend(backend)

@@ -8,9 +8,9 @@ slot `state_row`; compact: the base after the pre-pass fold), so the modes stay 
 identical across a prefill.
 
 The body:
-1. conv and dt processing for all body rows at once, in XLA (`reference.conv_prefill`,
-   `rowmath.process_dt`, the same per-element code as the kernels), padded to a multiple of
-   the chunk length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
+1. conv (`_conv_kernel`, a Pallas kernel, `rowmath.conv_output`) and dt processing (XLA,
+   `rowmath.process_dt`) for all body rows at once, padded to a multiple of the chunk
+   length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
 2. the chunked scan: an XLA einsum and three kernels. Per chunk of L rows (Mamba-2 paper,
    §6, the SSD algorithm), with acum = cumsum(dt * A) the log decay from the chunk start and
    st the state at the chunk's start:
