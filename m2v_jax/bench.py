@@ -438,10 +438,11 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `config.ChunkTiles` fields
   joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
   state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps; trailing
-  fields default), after the table's entry. Each variant's final state and y are also checked against the serial kernel's
-  from the same start (max abs difference over max abs value, `rel_err` of each; y is in
-  the activation dtype, so a bfloat16 y differs by its rounding, ~1e-4). A variant that
-  fails to compile is reported and skipped. Ratio: variant over the default (first row)."""
+  fields default), after the table's entry. Each variant's final state and y are also
+  checked against the serial kernel's from the same start (max abs difference over max abs
+  value, `rel_err` of each; y is in the activation dtype, so a bfloat16 y differs by its
+  rounding, ~1e-4). A variant that fails to compile is reported and skipped. Ratio:
+  variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)

@@ -239,8 +239,10 @@ class ChunkTiles:
     state_stages: software-pipelining depth of the chunk-states kernel's loop over its heads.
     out_warps, out_heads, out_stages: the same for the output kernel (its heads share the
       group's C rows and C·Bᵀ).
-    conv_rows, conv_cols, conv_warps: rows (at most the chunk) and channels (shrunk to
-      divide conv_dim) per program of the body's conv kernel, and its warps (powers of two).
+    conv_rows, conv_cols, conv_warps: rows and channels per program of the body's conv
+      kernel, and its warps (powers of two). The kernel raises conv_rows to at least K-1
+      (a power of two: only its first block reads the conv state's rows) and lowers it to
+      at most the chunk; it shrinks conv_cols to divide conv_dim.
   """
 
   chunk: int = 64
@@ -270,8 +272,9 @@ class ChunkTiles:
         raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
 
 
-# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill variants", runs 20-24); keyed by
-# (nheads, headdim, dstate).
+# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill variants": the scan kernels' tiles in
+# runs 23 and 26; the conv tiles in run 27, where 32 x 128 channels measured 0.99x of these
+# 32 x 256, within 1%, and were not adopted); keyed by (nheads, headdim, dstate).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
     (128, 64, 128): ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,

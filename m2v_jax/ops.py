@@ -281,7 +281,9 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   reference backend, which always runs the serial recurrence) and `chunk_tiles` (a
   `ChunkTiles` overriding the measured table, `config.chunk_tile_config`). The chunked scan
   needs a power-of-two divisor of headdim >= 16 and dstate >= 16 (Triton's smallest dot);
-  other geometries run serially, and `chunked=True` for them raises ValueError. Its float32
+  other geometries run serially, and `chunked=True` for them raises ValueError, as do
+  `chunk_tiles` whose chunk is shorter than the conv state (K-1 rows) or, compiled, whose
+  chunk or local_block_p is below 16. Its float32
   scratch grows with B x R (about 0.71 GB per sequence at Bolt geometry and R = 4096; see
   `prefill_kernels`).
   """

@@ -62,9 +62,9 @@ f32 = jnp.float32
 
 MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
 # Chunk-parallel programs (chunk-states and output kernels) below which a program takes
-# fewer heads: about four per SM of an H200 (132 SMs). Measured at Bolt, B=1 (BENCHMARKS.md,
-# run 12, with the kernels before run 20): at R=512 one program of 16 heads each took 235 µs,
-# 4 heads 180 µs.
+# fewer heads: about four per SM of an H200 (132 SMs). Measured for the chunk-local kernel
+# that preceded them (BENCHMARKS.md, runs 12 and 17-18: at Bolt, R=512, B=1, programs of 16
+# heads took 235 µs, of 4 heads 180 µs); not re-measured for the two kernels now.
 MIN_LOCAL_PROGRAMS = 512
 
 
@@ -418,7 +418,7 @@ def body_inputs(plan: ChunkPlan, params, conv0, xbc, dt):
       grid=(Rp // plan.conv_rows, C // plan.conv_cols, plan.B),
       out_shape=jax.ShapeDtypeStruct((plan.B, Rp, C), f32), input_output_aliases={},
       num_warps=plan.tiles.conv_warps, num_stages=1, interpret=plan.interpret,
-      name="m2v_chunk_conv")
+      name=f"m2v_chunk_conv_{cfg.replay_mode}")
   post = conv(xbc, head, params.conv_weight, params.conv_bias)
   # The conv state after the body: the last K-1 rows of [conv0 rows; body rows].
   common = jnp.promote_types(conv0.dtype, xbc.dtype)

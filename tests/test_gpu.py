@@ -62,10 +62,13 @@ def test_bolt_compact_snapshot_bitwise(B):
     pair.accept(pair.random_rows() if rows is None else rows)
     pair.call(8)
   pair.accept(pair.random_rows())
-  pair.call(37)          # prefill while a window is pending
+  pair.call(37)          # prefill while a window is pending (a 29-row body: serial)
   pair.accept([7] * B)
   pair.call(1)
   pair.accept([0] * B)
+  pair.call(200)         # a chunked prefill (192-row body: 3 chunks) from a pending window
+  pair.accept(pair.random_rows())
+  pair.call(8)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])

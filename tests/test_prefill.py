@@ -169,22 +169,29 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   assert np.all(np.isfinite(y[0, :Rb])), "the sequence run"
 
 
-@pytest.mark.parametrize("Rb,conv_rows,dtype", [(43, 8, jnp.float32), (5, 4, jnp.bfloat16),
-                                                (64, 16, jnp.bfloat16)])
-def test_body_conv_matches_reference(Rb, conv_rows, dtype):
+@pytest.mark.parametrize("Rb,conv_rows,plan_rows,dtype,conv_dtype", [
+    (43, 8, 8, jnp.float32, jnp.float32),     # several blocks, padding
+    (1, 1, 4, jnp.float32, jnp.float32),      # body of 1 row; blocks raised to K-1 rows (as 4)
+    (2, 2, 4, jnp.bfloat16, jnp.bfloat16),    # body shorter than the conv state
+    (5, 32, 16, jnp.bfloat16, jnp.float32),   # one block (the chunk's 16 rows), mixed dtypes
+    (16, 16, 16, jnp.float32, jnp.bfloat16),  # one full block, no padding
+    (64, 16, 16, jnp.bfloat16, jnp.bfloat16)])
+def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype):
   """The body's conv kernel vs `reference.conv_prefill`: rows before the body from the conv
-  state (bfloat16 state and inputs too), rows of the padding zero, the conv state after the
-  body; bodies shorter than a block, one block, several blocks with padding."""
+  state (bfloat16 state or inputs too), rows of the padding zero, the conv state after the
+  body. conv_rows below K-1 are raised (only the first block reads the conv state), above
+  the chunk lowered."""
   from m2v_jax import prefill_kernels as pk, reference
   cfg = small_cfg()
   B, R = 2, Rb + 8
   rng = np.random.default_rng(Rb)
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = jnp.asarray(rng.normal(size=(B, R, cfg.nheads)), dtype)
-  conv0 = jnp.asarray(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), dtype)
+  conv0 = jnp.asarray(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
   p = m.random_params(cfg, Rb)
   plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=B, B=B, has_z=False, y_dtype=dtype, interpret=True,
                       tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32))
+  assert plan.conv_rows == plan_rows
   post, dtp, conv_end = pk.body_inputs(plan, p, conv0, xbc, dt)
   want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (B, plan.Rp, cfg.conv_dim) and dtp.shape == (B, plan.Rp, cfg.nheads)
