@@ -197,6 +197,15 @@ def _head_grid(plan: ChunkPlan, nh: int):
   return (hp // (P // BP)) * nh, hp % (P // BP)
 
 
+def _for_heads(nh: int, head):
+  """Runs `head(j, carry)` for the program's heads j = 0..nh-1: a fori_loop (Triton
+  pipelines its loads over the heads), or one straight call for a single head."""
+  if nh == 1:
+    head(0, 0)
+  else:
+    lax.fori_loop(0, nh, head, 0)
+
+
 def _chunk_states_kernel(go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, *, plan: ChunkPlan):
   """Chunk states, grid (H / state_heads x P / local_block_p, chunks, B), every chunk at
   once: the chunk's own state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
@@ -226,10 +235,7 @@ def _chunk_states_kernel(go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, *, p
       dec_ref[b, c, h] = jnp.exp(acum_l)
       return carry
 
-    if NH == 1:
-      head(0, 0)
-    else:
-      lax.fori_loop(0, NH, head, 0)
+    _for_heads(NH, head)
 
 
 def _chunk_pass_kernel(idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_in, ssm_out, st_ref, *,
@@ -306,10 +312,7 @@ def _chunk_out_kernel(*refs, plan: ChunkPlan):
       y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
       return carry
 
-    if NH == 1:
-      head(0, 0)
-    else:
-      lax.fori_loop(0, NH, head, 0)
+    _for_heads(NH, head)
 
   @pl.when(go_ref[b] == 0)
   def _fill():
