@@ -54,6 +54,7 @@ from jax.experimental import pallas as pl
 
 from m2v_jax import _backend
 from m2v_jax import config as config_lib
+from m2v_jax import reference
 from m2v_jax import rowmath
 from m2v_jax import verify_kernels
 from m2v_jax.state import CompactState, SnapshotState
@@ -414,7 +415,7 @@ def body_inputs(plan: ChunkPlan, params, conv0, xbc, dt):
   dt = 0), and the conv state after the body [B, C, K-1] f32. conv0 [B, C, K-1]: the conv
   state before it. The conv is a Pallas kernel (`_conv_kernel`)."""
   cfg, Rb, Rp = plan.cfg, plan.Rb, plan.Rp
-  K, C = cfg.d_conv, cfg.conv_dim
+  C = cfg.conv_dim
   head = jnp.swapaxes(conv0, 1, 2)                               # [B, K-1, C]
   conv = _backend.pallas_call(
       lambda *refs: _conv_kernel(*refs, plan=plan),
@@ -423,12 +424,9 @@ def body_inputs(plan: ChunkPlan, params, conv0, xbc, dt):
       num_warps=plan.tiles.conv_warps, num_stages=1, interpret=plan.interpret,
       name=f"m2v_chunk_conv_{cfg.replay_mode}")
   post = conv(xbc, head, params.conv_weight, params.conv_bias)
-  # The conv state after the body: the last K-1 rows of [conv0 rows; body rows].
-  common = jnp.promote_types(conv0.dtype, xbc.dtype)
-  last = jnp.concatenate([head.astype(common), xbc[:, max(Rb - (K - 1), 0):Rb].astype(common)],
-                         axis=1)[:, -(K - 1):]
   dtp = rowmath.process_dt(dt[:, :Rb].astype(f32), params.dt_bias, cfg.dt_limit)
-  return post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]), jnp.swapaxes(last, 1, 2).astype(f32)
+  return (post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]),
+          reference.conv_state_after(cfg, conv0, xbc[:, :Rb]))
 
 
 def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,

@@ -275,7 +275,18 @@ def conv_prefill(cfg, params, conv0, xbc):
   window = [rows(k, R).astype(f32) for k in range(K)]               # each [B, R, C]
   taps = [params.conv_weight[:, k] for k in range(K)]
   out = rowmath.conv_output(taps, window, params.conv_bias)
-  return out, jnp.swapaxes(rows(R, K - 1), 1, 2).astype(f32)
+  return out, conv_state_after(cfg, conv0, xbc)
+
+
+def conv_state_after(cfg, conv0, xbc):
+  """The conv state [B, C, K-1] float32 after the rows xbc [B, R, C] from conv0 [B, C, K-1]:
+  the last K-1 rows of [conv0 rows; xbc rows] (raw inputs, joined in their common dtype:
+  exact)."""
+  K, R = cfg.d_conv, xbc.shape[1]
+  common = jnp.promote_types(conv0.dtype, xbc.dtype)
+  last = jnp.concatenate([jnp.swapaxes(conv0, 1, 2).astype(common),
+                          xbc[:, max(R - (K - 1), 0):].astype(common)], axis=1)[:, -(K - 1):]
+  return jnp.swapaxes(last, 1, 2).astype(f32)
 
 
 def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
