@@ -220,24 +220,22 @@ def test_chunk_heads_keep_the_grid_full():
     assert m.BOLT.nheads // p.state_heads * (p.Rp // p.chunk) >= pk.MIN_LOCAL_PROGRAMS
 
 
-def test_chunk_tiles_are_checked():
-  with pytest.raises(ValueError, match="power of two"):
-    m.ChunkTiles(chunk=48)
-  with pytest.raises(ValueError, match="num_stages"):
-    m.ChunkTiles(num_stages=0)
-  with pytest.raises(ValueError, match="state_stages"):
-    m.ChunkTiles(state_stages=0)
-  with pytest.raises(ValueError, match="out_stages"):
-    m.ChunkTiles(out_stages=0)
-  with pytest.raises(ValueError, match="state_heads: expected a power of two"):
-    m.ChunkTiles(state_heads=3)
-  with pytest.raises(ValueError, match="out_warps: expected a power of two"):
-    m.ChunkTiles(out_warps=6)
-  with pytest.raises(ValueError, match="conv_cols: expected a power of two"):
-    m.ChunkTiles(conv_cols=96)
+@pytest.mark.parametrize("fields,match", [
+    (dict(chunk=48), "power of two"),
+    (dict(num_stages=0), "num_stages"),
+    (dict(state_stages=0), "state_stages"),
+    (dict(out_stages=0), "out_stages"),
+    (dict(state_heads=3), "state_heads: expected a power of two"),
+    (dict(out_warps=6), "out_warps: expected a power of two"),
+    (dict(conv_cols=96), "conv_cols: expected a power of two"),
+    (dict(local_block_p=24), "local_block_p: expected a power of two")])
+def test_chunk_tiles_are_checked(fields, match):
+  with pytest.raises(ValueError, match=match):
+    m.ChunkTiles(**fields)
+
+
+def test_chunk_shorter_than_conv_state_is_rejected():
   from m2v_jax import prefill_kernels as pk
   with pytest.raises(ValueError, match="below the conv state"):
     pk.ChunkPlan(cfg=small_cfg(), Rb=40, E=1, B=1, has_z=False, y_dtype=jnp.float32,
                  tiles=m.ChunkTiles(chunk=2), interpret=True)
-  with pytest.raises(ValueError, match="local_block_p: expected a power of two"):
-    m.ChunkTiles(local_block_p=24)
