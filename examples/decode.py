@@ -2,14 +2,19 @@
 
 Prefills the prompt, then decodes greedily: each step verifies R rows (the last token plus up
 to R-1 drafts found by prompt lookup, an n-gram match in the text so far) in one call per
-layer, and the next step starts from `state_row` = the last accepted row. It prints the text
-as it is generated, then the acceptance rate and speeds, and checks that
+layer, and the next step starts from `state_row` = the last accepted row. It prints the prompt
+and the text as it is generated, between marker lines, then the acceptance rate and speeds,
+and checks that
 
 * the speculative output is token for token the plain greedy output (one token per call), and
 * (with --compare_modes) snapshot and compact replay produce the same tokens and the same
   acceptance counts.
 
-Any mismatch ends the program with exit status 1.
+Any mismatch ends the program with exit status 1. Speeds: after compiling both steps and a
+warm-up, every variant (speculative decoding in each mode, greedy decoding) runs --repeats
+times in rotating order; tokens/s are the median and range over those runs, and the speed-up
+over greedy is the median of the per-repeat ratios (it cannot exceed the tokens per call by
+much: a larger figure is timing noise).
 
     .venv/bin/python examples/decode.py --prompt="def main(" --max_new_tokens=300
 
@@ -56,20 +61,13 @@ flags.DEFINE_integer("max_new_tokens", 256, "bytes to generate")
 flags.DEFINE_integer("rows", 8, "rows per verify call (last token + rows-1 drafts); the "
                      "state capacity S = W")
 flags.DEFINE_integer("ngram", 3, "longest n-gram the prompt-lookup drafter matches")
-flags.DEFINE_string("replay_mode", "snapshot", "snapshot | compact (ORT: 0 | 1)")
+flags.DEFINE_enum("replay_mode", "snapshot", ["snapshot", "compact", "0", "1"],
+                  "replay mode (ONNX Runtime's 0 | 1 = snapshot | compact)")
 flags.DEFINE_bool("compare_modes", True, "also decode in the other mode and compare")
 flags.DEFINE_string("backend", None, "m2v_jax backend (default: pallas on GPU, else reference)")
 flags.DEFINE_bool("quiet", False, "do not stream the generated text")
-flags.DEFINE_integer("abba_prompts", 0, "after the checks, time both modes on this many "
-                     "built-in prompts in ABBA order and print tokens/s per mode")
-
-# Prompts for --abba_prompts: openings of code in the style of the training text.
-ABBA_PROMPTS = [
-    DEFAULT_PROMPT,
-    "class Queue:\n    \"\"\"A first-in, first-out queue.\"\"\"\n\n    def __init__(self, maxsize=0):\n        self.maxsize = maxsize\n",
-    "def _parse_args(args):\n    result = {}\n    for arg in args:\n        if arg.startswith('--'):\n",
-    "import re\n\n_pattern = re.compile(r'\\s+')\n\n\ndef split_words(text):\n",
-]
+flags.DEFINE_integer("repeats", 3, "timed runs of each variant (speculative per mode, greedy), "
+                     "interleaved; tokens/s are reported as median and range")
 
 
 def lookup_drafts(tokens: bytes, k: int, max_ngram: int) -> bytes:
@@ -84,6 +82,14 @@ def lookup_drafts(tokens: bytes, k: int, max_ngram: int) -> bytes:
       if follow:
         return follow
   return b""
+
+
+def whitespace_note(text: bytes) -> str:
+  """A line saying what was generated when it is only whitespace (else ""), so that blank
+  output does not look like a hang."""
+  if text.strip():
+    return ""
+  return f"(the model generated only whitespace: {len(text)} bytes, {text[:24]!r})"
 
 
 class Decoder:
@@ -163,84 +169,94 @@ def main(argv):
       prompt = fh.read()
   else:
     prompt = FLAGS.prompt.encode()
+  if not prompt:
+    sys.exit("decode.py: the prompt is empty")
   mode = m2v.parse_replay_mode(FLAGS.replay_mode)
-  backend = m2v.resolve_backend(FLAGS.backend)
+  try:
+    backend = m2v.resolve_backend(FLAGS.backend)
+  except ValueError as err:
+    sys.exit(f"decode.py: {err}")
   dev = jax.devices()[0]
   print(f"model: {meta}\ndevice: {dev.device_kind} ({dev.platform}), m2v_jax backend: "
-        f"{backend}, mode: {mode}, rows per call: {FLAGS.rows}, prompt: {len(prompt)} bytes\n")
-  modes = [mode] + ([m for m in ("snapshot", "compact") if m != mode] if FLAGS.compare_modes else [])
-  decoders = {m: Decoder(cfg, params, m, FLAGS.rows, FLAGS.backend) for m in modes}
+        f"{backend}, mode: {mode}, rows per call: {FLAGS.rows}, prompt: {len(prompt)} bytes")
+  others = [m for m in ("snapshot", "compact") if m != mode]
+  modes = [mode] + (others if FLAGS.compare_modes else [])
+  decoders = {m: Decoder(cfg, params, m, FLAGS.rows, backend) for m in modes}
+  print("compiling ...", flush=True)
   for d in decoders.values():
     d.compile(len(prompt))
-
-  def stream(b):
-    sys.stdout.buffer.write(b)
-    sys.stdout.flush()
-
   for d in decoders.values():             # warm-up: first executions allocate and load
     d.run(prompt, 8, True, FLAGS.ngram)
     d.run(prompt, 8, False, FLAGS.ngram)
+
   if not FLAGS.quiet:            # shown once, in a run of its own: printing is not timed
+    print(f"\n----- prompt ({len(prompt)} bytes) -----")
     sys.stdout.buffer.write(prompt)
-    decoders[mode].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram, stream=stream)
-  results = {m: decoders[m].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram)
-             for m in modes}
-  greedy = decoders[mode].run(prompt, FLAGS.max_new_tokens, False, FLAGS.ngram)
-  print("\n")
+    print(f"\n----- generated ({mode}, speculative) -----", flush=True)
+
+    def stream(b):
+      sys.stdout.buffer.write(b)
+      sys.stdout.flush()
+
+    shown = decoders[mode].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram, stream=stream)[0]
+    print("\n----- end -----")
+    note = whitespace_note(shown)
+    if note:
+      print(note)
+
+  # Timed runs: every variant decodes the same tokens; their order rotates between repeats so
+  # that no variant always runs first or last. tokens/s per run; speed-ups paired per repeat.
+  variants = [(m, True) for m in modes] + [(mode, False)]
+  runs = {v: [] for v in variants}
+  for r in range(FLAGS.repeats):
+    k = r % len(variants)
+    for v in variants[k:] + variants[:k]:
+      runs[v].append(decoders[v[0]].run(prompt, FLAGS.max_new_tokens, v[1], FLAGS.ngram))
+  rate = lambda res: len(res[0]) / res[2]
+  spread = lambda xs: (f"{np.median(xs):.1f} (median of {len(xs)}; "
+                       f"{min(xs):.1f}-{max(xs):.1f})")
 
   ok = True
-  spec, acc, secs, pre, drafts = results[mode]
-  proposed = sum(drafts)
-  print(f"prefill: {len(prompt)} tokens in {pre * 1e3:.1f} ms ({len(prompt) / pre:.0f} tokens/s)")
+  spec, acc, _, pre, drafts = runs[(mode, True)][0]
+  greedy = runs[(mode, False)][0][0]
+  calls = len(acc)
+  print(f"\nprefill: {len(prompt)} tokens in {pre * 1e3:.1f} ms ({len(prompt) / pre:.0f} "
+        f"tokens/s, first run)")
   for m in modes:
-    out, a, s = results[m][:3]
-    print(f"speculative [{m}]: {len(out)} tokens in {len(a)} verify calls, "
-          f"{len(out) / s:.1f} tokens/s, mean {len(out) / max(len(a), 1):.2f} tokens per call")
-  print(f"greedy [{mode}]: {len(greedy[0])} tokens in {len(greedy[1])} calls, "
-        f"{len(greedy[0]) / greedy[2]:.1f} tokens/s")
-  print(f"acceptance: {sum(acc)} of {proposed} draft rows accepted "
-        f"({sum(acc) / max(proposed, 1):.1%}); speed-up over greedy "
-        f"{(len(spec) / secs) / (len(greedy[0]) / greedy[2]):.2f}x")
-  if spec != greedy[0]:
-    ok = False
-    first = next(i for i, (a, b) in enumerate(zip(spec, greedy[0])) if a != b)
-    print(f"FAIL: speculative output differs from greedy decoding at byte {first}")
-  else:
-    print("check: speculative output == greedy output (token for token)")
-  for m in modes[1:]:
-    out, a = results[m][:2]
-    if out != spec or a != acc:
-      ok = False
-      print(f"FAIL: {m} mode differs from {mode} mode (tokens equal: {out == spec}, "
-            f"acceptance counts equal: {a == acc})")
-    else:
-      print(f"check: {m} == {mode}: same tokens and same acceptance counts in every call")
-  if FLAGS.abba_prompts:
-    abba(decoders, modes)
+    res = runs[(m, True)]
+    print(f"speculative [{m}]: {len(res[0][0])} tokens in {len(res[0][1])} verify calls "
+          f"({len(res[0][0]) / max(len(res[0][1]), 1):.2f} tokens per call), tokens/s "
+          f"{spread([rate(x) for x in res])}")
+  res = runs[(mode, False)]
+  print(f"greedy [{mode}]: {len(greedy)} tokens in {len(res[0][1])} calls, tokens/s "
+        f"{spread([rate(x) for x in res])}")
+  speedup = [rate(s_) / rate(g) for s_, g in zip(runs[(mode, True)], runs[(mode, False)])]
+  print(f"acceptance: {sum(acc)} of {sum(drafts)} draft rows accepted "
+        f"({sum(acc) / max(sum(drafts), 1):.1%}); speed-up over greedy "
+        f"{np.median(speedup):.2f}x (median of {len(speedup)} paired runs; "
+        f"{min(speedup):.2f}-{max(speedup):.2f}x; at most about {len(spec) / max(calls, 1):.2f}x, "
+        f"the tokens per call)")
+  for m, spec_run in ((m, True) for m in modes):
+    for i, res in enumerate(runs[(m, spec_run)]):
+      if res[0] != greedy:
+        ok = False
+        first = next((j for j, (a, b) in enumerate(zip(res[0], greedy)) if a != b),
+                     min(len(res[0]), len(greedy)))
+        print(f"FAIL: speculative [{m}] run {i} differs from greedy decoding at byte {first}")
+      if res[1] != acc:
+        ok = False
+        print(f"FAIL: speculative [{m}] run {i}: acceptance counts differ from [{mode}] run 0")
+  if ok:
+    print("check: speculative output == greedy output (token for token) in every run" +
+          (f"; {', '.join(modes)} give the same acceptance counts in every call"
+           if len(modes) > 1 else ""))
   if not ok:
     sys.exit(1)
 
 
-def abba(decoders, modes):
-  """Tokens/s of speculative decoding per mode over several prompts, runs in ABBA order."""
-  other = [m for m in ("snapshot", "compact") if m not in modes[:1]][0]
-  if other not in decoders:
-    return
-  a, b = modes[0], other
-  speeds = {a: [], b: []}
-  for text in ABBA_PROMPTS[:FLAGS.abba_prompts]:
-    prompt = text.encode()
-    for d in decoders.values():
-      d.compile(len(prompt))
-    for m in (a, b, b, a):
-      out, _, secs = decoders[m].run(prompt, FLAGS.max_new_tokens, True, FLAGS.ngram)[:3]
-      speeds[m].append(len(out) / secs)
-  print(f"ABBA over {FLAGS.abba_prompts} prompts, {FLAGS.max_new_tokens} tokens each "
-        "(tokens/s, every run):")
-  for m in (a, b):
-    print(f"  {m}: mean {np.mean(speeds[m]):.1f}  median {np.median(speeds[m]):.1f}  "
-          f"runs {[round(v, 1) for v in speeds[m]]}")
-
-
 if __name__ == "__main__":
+  if any(a in ("-h", "--help", "--helpshort") for a in sys.argv[1:]):
+    print(__doc__)
+    print(FLAGS.main_module_help())
+    sys.exit(0)
   app.run(main)

@@ -3,7 +3,7 @@
 Each block: RMSNorm -> in_proj -> [z | xBC | dt] -> causal conv + SSM (m2v_jax) -> gated
 RMSNorm (y * silu(z), normalized per group, as Nemotron-H does outside the SSM kernel) ->
 out_proj -> residual. Embedding and LM head are tied. Training runs the SSM in its chunked
-form (`m2v_jax.reference.ssd_chunked`); decoding runs it through `m2v_jax.prefill` and
+form (`m2v_jax.reference_ssd.ssd_chunked`); decoding runs it through `m2v_jax.prefill` and
 `m2v_jax.verify` with a state per layer.
 """
 
@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import m2v_jax as m2v
-from m2v_jax import reference, rowmath
+from m2v_jax import reference_ssd
+from m2v_jax.kernels import rowmath
 
 VOCAB = 256
 EPS = 1e-5
@@ -97,7 +98,7 @@ def forward_train(cfg: ModelConfig, params: dict, tokens, chunk: int = 64):
   for lp in params["layers"]:
     zxd = jnp.dot(rms_norm(x, lp["norm"]), lp["in_proj"], precision=HIGHEST)
     z, xbc, dt = _split(cfg, zxd)
-    y, _, _ = reference.ssd_chunked(mix, layer_params(lp), zero_ssm, zero_conv, xbc, dt,
+    y, _, _ = reference_ssd.ssd_chunked(mix, layer_params(lp), zero_ssm, zero_conv, xbc, dt,
                                     chunk=chunk)
     y = gated_rms_norm(y, z, lp["gnorm"], mix.ngroups)
     x = x + jnp.dot(y, lp["out_proj"], precision=HIGHEST)

@@ -1,18 +1,18 @@
 """m2v_jax: JAX/Pallas GPU kernels for verifying speculative-decoding drafts in Mamba-2 models.
 
-Two replay modes with one op surface (`verify`, `prefill`, `committed_state`):
-snapshot (the state after every row goes to a slot of a bank) and compact replay (one base
-state plus the raw inputs of the pending rows, replayed in registers on the next call).
-See README.md and BUILD.md.
+Two replay modes with one op surface (`verify`, `prefill`, `committed_state`): snapshot (the
+state after every row goes to a slot of a bank) and compact replay (one base state plus the
+raw inputs of the pending rows, replayed in registers on the next call). See README.md,
+docs/semantics.md (what the ops compute) and docs/design.md (how).
 """
 
-from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, ChunkTiles, Mamba2Config, TileConfig,
-                            parse_replay_mode, chunk_tile_config,
-                            resolve_backend, set_default_backend, tile_config)
+from m2v_jax import sharding
+from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, Mamba2Config, parse_replay_mode,
+                            resolve_backend, set_default_backend)
+from m2v_jax.kernels.tiles import ChunkTiles, TileConfig, chunk_tile_config, tile_config
 from m2v_jax.ops import (committed_state, convert_state, invalid_sequences, prefill, verify,
                          verify_checked)
 from m2v_jax.params import LayerParams, random_params
-from m2v_jax import sharding
 from m2v_jax.state import (CompactState, SnapshotState, init_state, reset_entries, reset_state,
                            state_from_committed, state_nbytes, state_shapes)
 

@@ -1,6 +1,7 @@
-"""Static configuration: layer geometry, the replay-mode option, execution backends, tiles.
+"""Static configuration: layer geometry, the replay-mode option, execution backends.
 
 Everything here is hashable and static under `jax.jit`; nothing here touches device memory.
+Kernel launch parameters (tiles) live beside the kernels, in `m2v_jax.kernels.tiles`.
 """
 
 from __future__ import annotations
@@ -110,14 +111,20 @@ class Mamba2Config:
 
   @property
   def heads_per_group(self) -> int:
+    """H / G: heads that share one group's B and C."""
     return self.nheads // self.ngroups
+
+  @property
+  def compact(self) -> bool:
+    """Whether `replay_mode` is compact replay (else snapshot)."""
+    return self.replay_mode == COMPACT
 
   def replace(self, **changes) -> "Mamba2Config":
     """A copy with some fields changed (validated again)."""
     return dataclasses.replace(self, **changes)
 
 
-# Nemotron-H / Nemotron-3.5-Bolt mixer geometry (SPEC §1).
+# Nemotron-H / Nemotron-3.5-Bolt mixer geometry: 128 heads x 64 x 128, 8 groups, K = 4.
 BOLT = Mamba2Config(nheads=128, headdim=64, dstate=128, ngroups=8, d_conv=4, capacity=8)
 
 
@@ -151,143 +158,23 @@ def set_default_backend(backend: str | None) -> None:
 
 
 def resolve_backend(backend: str | None) -> str:
-  """The backend an op runs with: the argument, else the default, else by platform."""
+  """The backend an op runs with: the argument, else the default, else by platform.
+
+  Raises:
+    ValueError: an unknown backend name, or "pallas" where JAX sees no GPU (the message
+      names the backends that work there).
+  """
   if backend is None:
     backend = _default_backend or os.environ.get("M2V_JAX_BACKEND") or None
+  platform = jax.default_backend()
   if backend is None:
-    return PALLAS if jax.default_backend() == "gpu" else REFERENCE
+    return PALLAS if platform == "gpu" else REFERENCE
   if backend not in BACKENDS:
     raise ValueError(f"backend: expected one of {BACKENDS} or None, got {backend!r}")
+  if backend == PALLAS and platform != "gpu":
+    raise ValueError(
+        f"backend='pallas' compiles the kernels for a CUDA GPU, and JAX sees no GPU here "
+        f"(default backend: {platform}); use backend='interpret' (the same kernels in "
+        f"Pallas interpret mode, slow) or backend='reference' (the jax.numpy reference), or "
+        f"install a CUDA build of JAX (pip install 'm2v_jax[cuda13]')")
   return backend
-
-
-# ----------------------------------------------------------------------------------------------
-# Tiles (hand-picked per geometry; never autotuned at run time, since every launch mutates
-# the state in place)
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class TileConfig:
-  """Launch parameters of the serial (verify) kernels.
-
-  Attributes:
-    block_p: rows of P one SSM program owns (a [block_p, N] f32 state tile in registers).
-    num_warps: warps per SSM program. (block_p, num_warps) fixes the reduction order of the
-      y readout, so every kernel whose y must match another's uses the same pair.
-    num_stages: software-pipelining depth of the SSM program.
-    block_c: conv channels one prep program owns.
-    prep_warps: warps per prep program.
-    unroll: emit verify-sized row loops unrolled with predication (loads issue ahead of
-      the stores of earlier rows) rather than as `fori_loop`s; see `verify_kernels._rows`.
-    prefetch: rows the SSM kernel loads ahead of the row it computes (None: all rows up
-      front). Each prefetched row holds its x, B and C slices in registers.
-  """
-
-  block_p: int
-  num_warps: int
-  num_stages: int = 1
-  block_c: int = 128
-  prep_warps: int = 4
-  unroll: bool = True
-  prefetch: int | None = 4
-
-
-def pow2_divisor(n: int, cap: int) -> int:
-  """Largest power of two that divides n and is <= cap."""
-  d = 1
-  while d * 2 <= cap and n % (d * 2) == 0:
-    d *= 2
-  return d
-
-
-# Measured on the H200 (BENCHMARKS.md, "tile sweep"); keyed by (nheads, headdim, dstate).
-_TILE_TABLE: dict[tuple[int, int, int], tuple[int, int]] = {
-    (128, 64, 128): (16, 4),
-}
-
-
-def tile_config(cfg: Mamba2Config) -> TileConfig:
-  """The tiles for `cfg`'s geometry: a measured table entry, else a heuristic."""
-  key = (cfg.nheads, cfg.headdim, cfg.dstate)
-  if key in _TILE_TABLE:
-    block_p, warps = _TILE_TABLE[key]
-  else:
-    block_p = pow2_divisor(cfg.headdim, 16)
-    warps = 4 if block_p * cfg.dstate >= 1024 else 1
-  return TileConfig(block_p=block_p, num_warps=warps)
-
-
-@dataclasses.dataclass(frozen=True)
-class ChunkTiles:
-  """Launch parameters of the chunked-scan (prefill) kernels (`prefill_kernels`: the
-  chunk-states, state-passing and output kernels).
-
-  Attributes:
-    chunk: rows per chunk (L; a power of two, >= 16 compiled: the smallest Triton dot).
-    block_p: P rows per program of the state-passing kernel (a power of two; it has no dot;
-      shrunk to divide headdim).
-    num_warps: warps per program of the state-passing kernel.
-    num_stages: software-pipelining depth of its loop over chunks.
-    local_block_p: P rows per program of the chunk-states and output kernels (a power of two,
-      >= 16 compiled; shrunk to divide headdim).
-    state_warps: warps per program of the chunk-states kernel.
-    state_heads: heads per chunk-states program (a power of two; shrunk to divide the heads
-      per group, then halved while the grid would have fewer than
-      `prefill_kernels.MIN_LOCAL_PROGRAMS` programs): the group's B rows are loaded once
-      for all of them.
-    state_stages: software-pipelining depth of the chunk-states kernel's loop over its heads.
-    out_warps, out_heads, out_stages: the same for the output kernel (its heads share the
-      group's C rows and C·Bᵀ).
-    conv_rows, conv_cols, conv_warps: rows and channels per program of the body's conv
-      kernel, and its warps (powers of two). The kernel raises conv_rows to at least K-1
-      (a power of two: only its first block reads the conv state's rows) and lowers it to
-      at most the chunk; it shrinks conv_cols to divide conv_dim.
-  """
-
-  chunk: int = 64
-  block_p: int = 16
-  num_warps: int = 4
-  num_stages: int = 1
-  local_block_p: int = 64
-  state_warps: int = 4
-  state_heads: int = 1
-  state_stages: int = 1
-  out_warps: int = 4
-  out_heads: int = 1
-  out_stages: int = 1
-  conv_rows: int = 32
-  conv_cols: int = 256
-  conv_warps: int = 4
-
-  def __post_init__(self):
-    for name in ("num_stages", "state_stages", "out_stages"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    for name in ("chunk", "block_p", "num_warps", "local_block_p", "state_warps",
-                 "state_heads", "out_warps", "out_heads", "conv_rows", "conv_cols",
-                 "conv_warps"):
-      v = getattr(self, name)
-      if v < 1 or v & (v - 1):
-        raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
-
-
-# Measured on the H200 (BENCHMARKS.md, "Chunked-prefill variants": the scan kernels' tiles in
-# runs 23 and 26; the conv tiles in run 27, where 32 x 128 channels measured 0.99x of these
-# 32 x 256, within 1%, and were not adopted); keyed by (nheads, headdim, dstate).
-_CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
-    (128, 64, 128): ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
-                               local_block_p=64, state_warps=4, state_heads=16,
-                               state_stages=2, out_warps=4, out_heads=1, out_stages=1),
-    # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
-    (64, 64, 128): ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
-                              local_block_p=64, state_warps=4, state_heads=16,
-                              state_stages=2, out_warps=4, out_heads=1, out_stages=1),
-}
-
-
-def chunk_tile_config(cfg: Mamba2Config) -> ChunkTiles:
-  """The chunked-scan tiles for `cfg`'s geometry: a measured table entry, else the default.
-  (The kernels shrink block_p to divide headdim.)"""
-  return _CHUNK_TILE_TABLE.get((cfg.nheads, cfg.headdim, cfg.dstate), ChunkTiles())
-

@@ -36,18 +36,6 @@ def param_shapes(cfg: config_lib.Mamba2Config) -> LayerParams:
   return LayerParams(conv_weight=(C, K), conv_bias=(C,), dt_bias=(H,), A_log=(H,), D=(H,))
 
 
-def check_params(cfg: config_lib.Mamba2Config, params: LayerParams) -> None:
-  """Raises ValueError/TypeError naming the first parameter whose shape or dtype is wrong."""
-  if not isinstance(params, LayerParams):
-    raise TypeError(f"params: expected m2v_jax.LayerParams, got {type(params).__name__}")
-  for name, shape in zip(LayerParams._fields, param_shapes(cfg)):
-    a = getattr(params, name)
-    if tuple(a.shape) != shape:
-      raise ValueError(f"params.{name}: expected shape {list(shape)}, got {list(a.shape)}")
-    if a.dtype != jnp.float32:
-      raise TypeError(f"params.{name}: expected float32, got {a.dtype}")
-
-
 def random_params(cfg: config_lib.Mamba2Config, seed: int = 0) -> LayerParams:
   """Random parameters in the ranges trained Mamba-2 layers have (for tests and benchmarks).
 

@@ -1,14 +1,13 @@
 """Pure `jax.numpy` reference of every op: the oracle of the kernel tests and the CPU path.
 
-The serial recurrence is a `lax.scan` over rows built from `rowmath`, the same per-row
-functions the kernels call. On top of it sit the two modes' call semantics (SPEC §3, §4):
-pools addressed by `cache_indices` (-1 = padding), per-sequence `num_rows`, the snapshot bank
-for R <= S and R > S, and the compact base + window with replay and prefill hand-off.
-Device-side bad `state_row`s behave as in the kernels (SPEC §6): that sequence's entry is
-left as it was and its y rows are NaN.
+The serial recurrence is a `lax.scan` over rows built from `kernels.rowmath`, the same
+per-row functions the kernels call (docs/semantics.md states the math). On top of it sit the
+two modes' call semantics: pools addressed by `cache_indices` (-1 = padding), per-sequence
+`num_rows`, the snapshot bank for R <= S and R > S, and the compact base + window with
+replay and prefill hand-off. Device-side bad `state_row`s behave as in the kernels (the rule
+of `m2v_jax.status`): that sequence's entry is left as it was and its y rows are NaN.
 
-The chunked (SSD) form of the same recurrence, `ssd_chunked`, is the dense baseline of the
-prefill kernel and the training path of the example model.
+The chunked (SSD) form of the same recurrence is `m2v_jax.reference_ssd`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from m2v_jax import config as config_lib
-from m2v_jax import rowmath
+from m2v_jax import status
+from m2v_jax.kernels import rowmath
 from m2v_jax.params import LayerParams
 from m2v_jax.state import CompactState, SnapshotState
 
@@ -37,7 +37,7 @@ def _split_xbc(cfg, v):
 
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
          num_rows=None, keep: int = 0):
-  """Runs rows 0..R-1 serially from a starting state (SPEC §2).
+  """Runs rows 0..R-1 serially from a starting state (docs/semantics.md, "One row").
 
   Args:
     cfg: geometry.
@@ -134,7 +134,7 @@ def _n_rows(num_rows, Bsz, R):
 
 def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
                   cache_indices=None, num_rows=None):
-  """Snapshot-mode call (SPEC §3): R <= S rows go to slots 0..R-1, R > S keeps the last S.
+  """Snapshot-mode call: R <= S rows go to slots 0..R-1, R > S keeps the last S.
 
   Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new SnapshotState).
   """
@@ -142,7 +142,7 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   Bsz, R, _ = xbc.shape
   idx, in_pool, pad, safe = _entries(E, Bsz, cache_indices)
   n, n_ok = _n_rows(num_rows, Bsz, R)
-  row_ok = (state_row >= 0) & (state_row < S)
+  row_ok = status.row_ok(False, S, state_row, None)
   valid = in_pool & row_ok & n_ok
   srow = jnp.where(row_ok, state_row, 0)
   keep = min(R, S)
@@ -157,11 +157,6 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   conv = _scatter(state.conv, idx, valid,
                   jnp.concatenate([new_conv, state.conv[safe, keep:]], 1))
   return finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
-
-
-def compact_valid_rows(state_row, pending):
-  """Compact-mode `state_row` rule: 0 <= row < pending when rows are pending, else row == 0."""
-  return jnp.where(pending > 0, (state_row >= 0) & (state_row < pending), state_row == 0)
 
 
 def fold(cfg, params, state: CompactState, state_row, safe):
@@ -180,7 +175,7 @@ def fold(cfg, params, state: CompactState, state_row, safe):
 
 def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
                  cache_indices=None, num_rows=None):
-  """Compact-replay call (SPEC §4): replay, run R rows, commit rows 0..R-W-1, keep the rest pending.
+  """Compact-replay call: replay, run R rows, commit rows 0..R-W-1, keep the rest pending.
 
   Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new CompactState).
   """
@@ -188,7 +183,7 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
   Bsz, R, _ = xbc.shape
   idx, in_pool, pad, safe = _entries(E, Bsz, cache_indices)
   n, n_ok = _n_rows(num_rows, Bsz, R)
-  valid = in_pool & compact_valid_rows(state_row, state.pending[safe]) & n_ok
+  valid = in_pool & status.row_ok(True, W, state_row, state.pending[safe]) & n_ok
   ssm0, conv0, _ = fold(cfg, params, state, state_row, safe)
   commit = max(R - W, 0)
   ys = []
@@ -228,11 +223,11 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   _, in_pool, _, safe = _entries(E, Bsz, cache_indices)
   if isinstance(state, SnapshotState):
     S = state.ssm.shape[1]
-    ok = in_pool & (state_row >= 0) & (state_row < S)
+    ok = in_pool & status.row_ok(False, S, state_row, None)
     srow = jnp.where(ok, state_row, 0)
     ssm, conv = state.ssm[safe, srow], state.conv[safe, srow]
   else:
-    ok = in_pool & compact_valid_rows(state_row, state.pending[safe])
+    ok = in_pool & status.row_ok(True, state.win_xbc.shape[1], state_row, state.pending[safe])
     ssm, conv, _ = fold(cfg, params, state, state_row, safe)
     conv = conv.astype(state.conv.dtype)
   return mask_invalid(ssm, ok), mask_invalid(conv, ok)
@@ -244,7 +239,7 @@ def mask_invalid(a, ok):
 
 
 # ----------------------------------------------------------------------------------------------
-# Chunked (SSD) form
+# The conv over a whole chunk
 # ----------------------------------------------------------------------------------------------
 
 
@@ -253,10 +248,9 @@ def conv_prefill(cfg, params, conv0, xbc):
   [B, C, K-1] float32. Time-major throughout (no transpose of the [B, R, C] rows).
 
   Window k (tap k) of row r is row r + k of [conv0 rows; xbc rows]. Each window is built as
-  its own join of the two, so that XLA fuses it into the conv's loop; one shared join would
-  be materialized first (at Bolt geometry, R = 4096 on the H200, that copy took 0.2 ms when
-  the chunked prefill used this function; it now has a conv kernel, and this serves
-  `ssd_chunked` and the tests as the oracle).
+  its own join of the two, so that XLA fuses it into the conv's loop (one shared join would be
+  materialized first). The oracle of the chunked prefill's conv kernel, and the conv of
+  `reference_ssd.ssd_chunked`.
   """
   K = cfg.d_conv
   R = xbc.shape[1]
@@ -287,70 +281,3 @@ def conv_state_after(cfg, conv0, xbc):
   last = jnp.concatenate([jnp.swapaxes(conv0, 1, 2).astype(common),
                           xbc[:, max(R - (K - 1), 0):].astype(common)], axis=1)[:, -(K - 1):]
   return jnp.swapaxes(last, 1, 2).astype(f32)
-
-
-def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
-                precision=lax.Precision.HIGHEST):
-  """Dense SSD chunked scan of R rows (Mamba-2 paper, §6 "SSD algorithm"), jax.numpy.
-
-  Same math as `rows` (up to rounding: a different algorithm), computed per chunk of `chunk`
-  rows with matmuls: intra-chunk outputs through C·Bᵀ masked by the cumulative decay,
-  chunk states, and an inter-chunk scan from `ssm0`.
-
-  Args:
-    cfg, params, ssm0 [B, H, P, N], conv0 [B, C, K-1], xbc [B, R, C], dt [B, R, H],
-    z [B, R, H*P] or None: as in `rows`.
-    chunk: rows per chunk; R is padded up to a multiple (padded rows have dt = 0: no decay,
-      no input, so they leave the state unchanged).
-    precision: of every matmul.
-
-  Returns:
-    y [B, R, H*P] float32, final ssm [B, H, P, N] float32, final conv [B, C, K-1] float32.
-  """
-  Bsz, R, _ = xbc.shape
-  H, P, N, G = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups
-  HP, GN = cfg.d_inner, G * N
-  out, conv_f = conv_prefill(cfg, params, conv0, xbc)
-  x = out[..., :HP].reshape(Bsz, R, H, P)
-  bm = out[..., HP:HP + GN].reshape(Bsz, R, G, N)
-  cm = out[..., HP + GN:].reshape(Bsz, R, G, N)
-  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)     # [B, R, H]
-  A = -jnp.exp(params.A_log)
-  nc = -(-R // chunk)
-  pad = nc * chunk - R
-  padr = lambda a: jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
-  x, bm, cm = padr(x), padr(bm), padr(cm)
-  dtp = padr(dtp)  # zero dt on padded rows
-  L = chunk
-  x = x.reshape(Bsz, nc, L, H, P)
-  bm = jnp.repeat(bm.reshape(Bsz, nc, L, G, N), cfg.heads_per_group, axis=3)
-  cm = jnp.repeat(cm.reshape(Bsz, nc, L, G, N), cfg.heads_per_group, axis=3)
-  dtp = dtp.reshape(Bsz, nc, L, H)
-  a = dtp * A                                                     # log decay per row
-  acum = jnp.cumsum(a, axis=2)                                    # [B, nc, L, H]
-  ein = lambda s, *o: jnp.einsum(s, *o, precision=precision)
-  # Intra-chunk: y_t += sum_{s<=t} (C_t·B_s) exp(acum_t - acum_s) dt_s x_s
-  seg = acum[:, :, :, None, :] - acum[:, :, None, :, :]           # [B, nc, t, s, H]
-  causal = jnp.tril(jnp.ones((L, L), bool))[None, None, :, :, None]
-  decay_ts = jnp.where(causal, jnp.exp(jnp.where(causal, seg, 0.0)), 0.0)
-  cb = ein("bctgn,bcsgn->bctsg", cm, bm)                          # [B, nc, t, s, H]
-  w = cb * decay_ts * dtp[:, :, None, :, :]
-  y = ein("bctsh,bcshp->bcthp", w, x)
-  # Chunk states (from zero): S_c = sum_s exp(acum_L - acum_s) dt_s x_s B_s^T
-  tail = jnp.exp(acum[:, :, -1:, :] - acum) * dtp                 # [B, nc, L, H]
-  chunk_states = ein("bclh,bclhp,bclhn->bchpn", tail, x, bm)
-  chunk_decay = jnp.exp(acum[:, :, -1, :])                        # [B, nc, H]
-
-  def pass_state(st, inp):
-    cs, cd = inp
-    return st * cd[..., None, None] + cs, st
-
-  final, starts = lax.scan(pass_state, ssm0.astype(f32),
-                           (jnp.swapaxes(chunk_states, 0, 1), jnp.swapaxes(chunk_decay, 0, 1)))
-  starts = jnp.swapaxes(starts, 0, 1)                             # [B, nc, H, P, N]
-  y = y + ein("bclhn,bchpn->bclhp", cm, starts) * jnp.exp(acum)[..., None]
-  y = y + params.D[:, None] * x
-  y = y.reshape(Bsz, nc * L, HP)[:, :R]
-  if z is not None:
-    y = rowmath.gate(y, z.astype(f32))
-  return y, final, conv_f

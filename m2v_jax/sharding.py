@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from m2v_jax import config as config_lib
 from m2v_jax.params import LayerParams
@@ -55,8 +55,17 @@ _CHANNEL_AXIS = {
 }
 
 
+def _take(a, order, axis):
+  """`jnp.take` along the channel axis. An array sharded over Explicit mesh axes is
+  replicated first: the permutation moves channels between devices."""
+  sharding = jax.typeof(a).sharding
+  if any(s is not None for s in getattr(sharding, "spec", ())):
+    a = jax.reshard(a, NamedSharding(sharding.mesh, P()))
+  return jnp.take(a, order, axis=axis)
+
+
 def _permute(tree, axes, order):
-  return type(tree)(*(leaf if ax is None else jnp.take(leaf, order, axis=ax)
+  return type(tree)(*(leaf if ax is None else _take(leaf, order, ax)
                       for leaf, ax in zip(tree, axes)))
 
 
@@ -83,7 +92,7 @@ def _apply(order, params, state, xbc):
   out_p = None if params is None else _permute(params, [_CHANNEL_AXIS[f] for f in
                                                         LayerParams._fields], order)
   out_s = None if state is None else _permute(state, _state_channel_axes(state), order)
-  out_x = None if xbc is None else jnp.take(xbc, order, axis=-1)
+  out_x = None if xbc is None else _take(xbc, order, xbc.ndim - 1)
   return out_p, out_s, out_x
 
 
@@ -97,6 +106,28 @@ def _specs(state, h, b):
   return params, st
 
 
+def put(mesh: jax.sharding.Mesh, *, head_axis: str, batch_axis: str | None = None, params=None,
+        state=None):
+  """Places params and a state pool (both in TP layout) on `mesh` as `sharded` splits them,
+  so that the first sharded call can update the state in place. Returns (params, state)
+  (None for those not given)."""
+  leaf_specs = lambda tree, specs: jax.tree.map(
+      lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec)), tree, specs)
+  p_spec, s_spec = _specs(state, head_axis, batch_axis)
+  return (None if params is None else leaf_specs(params, p_spec),
+          None if state is None else leaf_specs(state, s_spec))
+
+
+def _explicit(mesh, axes) -> bool:
+  """Whether the mesh axes `axes` are Explicit (as `jax.make_mesh` makes them by default)
+  rather than Auto (a plain `jax.sharding.Mesh`)."""
+  kinds = {mesh.axis_types[mesh.axis_names.index(a)] for a in axes}
+  if len(kinds) > 1:
+    raise ValueError(f"mesh axes {axes}: expected one axis type for all of them, got "
+                     f"{sorted(map(str, kinds))}")
+  return kinds == {jax.sharding.AxisType.Explicit}
+
+
 def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_axis: str,
             batch_axis: str | None = None, **op_kwargs):
   """`op` (`m2v_jax.verify` or `m2v_jax.prefill`) as a function of global arrays, sharded.
@@ -104,7 +135,17 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
   Returns `f(params, state, xbc, dt, state_row, z=None) -> (y, state)` on global arrays in TP
   layout: params, state and xbc permuted by `to_tp_layout`, heads split over `head_axis`,
   sequences (and the state pool's entries) over `batch_axis`. Call it under `jax.jit` with
-  the state donated to update the shards in place.
+  the state donated to update the shards in place. The mesh may have Auto axes (a
+  `jax.sharding.Mesh`) or Explicit ones (the default of `jax.make_mesh`); with Explicit
+  axes the arguments are resharded to the layout above first (a no-op when they already
+  have it).
+
+      mesh = jax.make_mesh((2,), ("tp",))
+      step = jax.jit(sharded(m2v_jax.verify, mesh, cfg, head_axis="tp"), donate_argnums=1)
+      params_tp, state_tp, _ = to_tp_layout(cfg, 2, params=params, state=state)
+      params_tp, state_tp = put(mesh, head_axis="tp", params=params_tp, state=state_tp)
+      _, _, xbc_tp = to_tp_layout(cfg, 2, xbc=xbc)
+      y, state_tp = step(params_tp, state_tp, xbc_tp, dt, state_row)
 
   Args:
     op: the single-device op.
@@ -115,20 +156,26 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
     **op_kwargs: passed to `op` (for example `backend=`).
 
   Raises:
-    ValueError: the head-axis size does not divide nheads and ngroups.
+    ValueError: the head-axis size does not divide nheads and ngroups; head and batch axes
+      of different axis types.
   """
   n = mesh.shape[head_axis]
   lcfg = local_config(cfg, n)
   h, b = head_axis, batch_axis
+  explicit = _explicit(mesh, [a for a in (h, b) if a is not None])
 
   def run(params, state, xbc, dt, state_row, z=None):
     p_spec, s_spec = _specs(state, h, b)
     x_spec = P(b, None, h)
     in_specs = (p_spec, s_spec, x_spec, x_spec, P(b)) + ((x_spec,) if z is not None else ())
+    args = (params, state, xbc, dt, state_row) + ((z,) if z is not None else ())
+    if explicit:
+      args = jax.tree.map(lambda a, spec: jax.reshard(a, NamedSharding(mesh, spec)), args,
+                          in_specs)
     local = lambda p, s, x, d, r, *zz: op(lcfg, p, s, x, d, r, z=zz[0] if zz else None,
                                           **op_kwargs)
     f = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=(x_spec, s_spec),
                       check_vma=False)
-    return f(params, state, xbc, dt, state_row, *((z,) if z is not None else ()))
+    return f(*args)
 
   return run

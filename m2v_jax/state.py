@@ -3,21 +3,10 @@
 Both states are pools: a leading axis of E entries (one per live request, E >= batch). A call
 addresses entries with `cache_indices [B]` (default `arange(B)`, which needs E == B).
 
-Snapshot mode (SPEC §3), `SnapshotState`:
-  ssm   [E, S, H, P, N] float32   the state after each of the last S rows of the previous call
-  conv  [E, S, C, K-1]            the matching conv states (activation dtype or float32)
-
-Compact replay mode (SPEC §4), `CompactState`:
-  ssm      [E, H, P, N] float32   slot 0: the committed base state
-  conv     [E, C, K-1]            slot 0: the committed base conv state
-  win_xbc  [E, W, C]              slot 1: raw (pre-conv) xBC of the pending rows, activation dtype
-  win_dt   [E, W, H] float32      slot 1: raw (pre-bias) dt of the pending rows
-  pending  [E] int32              slot 1: how many window rows are pending (0 ... W)
-
-The window keeps raw inputs, not post-conv values: replay recomputes the conv, the dt
-processing and the state update with the same code as the call that first ran the rows
-(`rowmath`), so both modes produce bitwise the same states. The conv state at any pending
-row is the last K-1 raw inputs up to it, which the window also provides.
+The compact window keeps raw inputs, not post-conv values: replay recomputes the conv, the
+dt processing and the state update with the same code as the call that first ran the rows
+(`kernels.rowmath`), so both modes produce bitwise the same states. The conv state at any
+pending row is the last K-1 raw inputs up to it, which the window also provides.
 
 Memory per entry at Nemotron-3.5-Bolt geometry with bf16 activations and conv state: snapshot
 S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 4 B.
@@ -37,14 +26,34 @@ ACTIVATION_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(
 
 
 class SnapshotState(NamedTuple):
-  """Snapshot-mode state pool (SPEC §3). See the module docstring for shapes."""
+  """Snapshot-mode state pool: the states after the last S rows of each entry's last call.
+
+  Slot s of an entry holds the state after row s of its last call (R <= S), or after row
+  R - S + s (R > S); the next call starts from slot `state_row`.
+
+  Attributes:
+    ssm: [E, S, H, P, N] float32 SSM states.
+    conv: [E, S, C, K-1] conv states (the last K-1 raw xBC rows), in the activation dtype or
+      float32.
+  """
 
   ssm: jax.Array
   conv: jax.Array
 
 
 class CompactState(NamedTuple):
-  """Compact-replay state pool (SPEC §4): slot 0 = (ssm, conv), slot 1 = the window."""
+  """Compact-replay state pool: slot 0 is the committed base, slot 1 the pending window.
+
+  The next call folds window rows 0..state_row into the base (in registers), writes that as
+  the new base and keeps its own rows pending.
+
+  Attributes:
+    ssm: [E, H, P, N] float32 committed base SSM state.
+    conv: [E, C, K-1] committed base conv state, in the activation dtype or float32.
+    win_xbc: [E, W, C] raw (pre-conv) xBC of the pending rows, in the activation dtype.
+    win_dt: [E, W, H] float32 raw (pre-bias) dt of the pending rows.
+    pending: [E] int32 pending rows per entry (0 ... W).
+  """
 
   ssm: jax.Array
   conv: jax.Array
@@ -54,6 +63,16 @@ class CompactState(NamedTuple):
 
 
 State = SnapshotState | CompactState
+
+
+def state_type(cfg: config_lib.Mamba2Config) -> type:
+  """The state pytree type of `cfg.replay_mode`."""
+  return CompactState if cfg.compact else SnapshotState
+
+
+def activation_dtype(state: State):
+  """The activation dtype a pool implies: the compact window's, else the conv state's."""
+  return state.win_xbc.dtype if isinstance(state, CompactState) else state.conv.dtype
 
 
 def _check_dtypes(dtype, conv_dtype):
@@ -74,7 +93,7 @@ def state_shapes(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloa
                        cfg.d_conv - 1)
   sds = jax.ShapeDtypeStruct
   f32 = jnp.float32
-  if cfg.replay_mode == config_lib.SNAPSHOT:
+  if not cfg.compact:
     S = cfg.capacity
     return SnapshotState(ssm=sds((E, S, H, P, N), f32), conv=sds((E, S, C, K1), conv_dtype))
   W = cfg.capacity

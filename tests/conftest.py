@@ -1,9 +1,14 @@
-"""Test setup: CPU runs kernels in Pallas interpret mode, GPU runs them compiled.
+"""Test setup.
+
+Every kernel test class has a compiled variant (marked `gpu`, skipped where JAX sees no GPU)
+and an interpret-mode variant (runs anywhere). `pytest -m gpu` on a GPU machine runs the
+compiled ones and the GPU-only checks; `pytest -m "not gpu"` everything else.
 
 XLA:CPU contracts a*b+c into a fused multiply-add unless told otherwise; the library's
-rounding policy is "no FMA" (BUILD.md), so the CPU suite runs XLA with `--xla_cpu_max_isa=AVX`,
-which keeps every product and sum rounded on its own, as the GPU kernels do. This must be set
-before JAX initializes its CPU backend. Four host devices let the sharding tests run on CPU.
+rounding policy is "no FMA" (docs/design.md), so the CPU suite runs XLA with
+`--xla_cpu_max_isa=AVX`, which keeps every product and sum rounded on its own, as the GPU
+kernels do. This must be set before JAX initializes its CPU backend. Four host devices let
+the sharding tests run on CPU.
 """
 
 import os
@@ -23,9 +28,3 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if "gpu" in item.keywords and not ON_GPU:
       item.add_marker(skip_gpu)
-
-
-@pytest.fixture(scope="session")
-def backend():
-  """The kernel backend under test: compiled on a GPU, interpret mode elsewhere."""
-  return "pallas" if ON_GPU else "interpret"

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
+from m2v_jax import dispatch
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, small_cfg
 
 
@@ -46,151 +47,6 @@ class Pair:
     return self.rng.integers(0, min(self.last_R, self.snap.capacity), self.B)
 
 
-def test_multi_round_verify_partial_acceptance(backend):
-  pair = Pair(backend)
-  pair.call(8)
-  for rows in ([0, 0, 0], [3, 3, 3], [7, 7, 7], [0, 3, 7], None, None):
-    pair.accept(pair.random_rows() if rows is None else rows)
-    pair.call(8)
-
-
-def test_prefill_handoff_then_verify(backend):
-  """An R=37 prefill into capacity 8 hands off through state_row = 7, then R=8 verifies."""
-  pair = Pair(backend, seed=1)
-  pair.call(37)
-  pair.accept([7, 7, 7])
-  pair.call(8)
-  pair.accept([2, 5, 7])
-  pair.call(8)
-  pair.accept([4, 0, 1])
-
-
-def test_prefill_while_window_pending(backend):
-  """An R=37 chunk arriving while rows are pending: the pre-pass folds them first."""
-  pair = Pair(backend, seed=2)
-  pair.call(8)
-  pair.accept([5, 2, 0])
-  pair.call(37)
-  pair.accept([7, 3, 6])
-  pair.call(5)
-  pair.accept([4, 4, 4])
-
-
-@pytest.mark.parametrize("capacity", [8, 16])
-def test_row_counts_and_capacities(backend, capacity):
-  pair = Pair(backend, capacity=capacity, seed=capacity, B=2)
-  for R in (1, 5, 7, 8, 9, 12, 16, 37):
-    pair.call(R)
-    pair.accept(pair.random_rows())
-
-
-def test_reset_replays_identically(backend):
-  """Two passes over the same calls with a full reset between them give the same results."""
-  pair = Pair(backend, seed=3, B=2)
-  plan = [(8, None), (8, [3, 6]), (37, [7, 0]), (4, [7, 7]), (8, [1, 2])]
-  rng = np.random.default_rng(30)
-  data = [inputs(pair.snap, 2, R, rng=rng) for R, _ in plan]
-
-  def run(state, cfg):
-    ys, rows = [], np.zeros(2, np.int32)
-    for (R, r), (xbc, dt) in zip(plan, data):
-      rows = rows if r is None else np.asarray(r, np.int32)
-      fn = m.verify if R <= cfg.capacity else m.prefill
-      y, state = fn(cfg, pair.p, state, xbc, dt, rows, backend=backend)
-      ys.append(np.asarray(y))
-    return ys, state
-
-  for cfg, state in ((pair.comp, pair.c), (pair.snap, pair.s)):
-    first, state = run(state, cfg)
-    state = m.reset_state(state)
-    for leaf in state:
-      assert not np.any(np.asarray(leaf)), "a reset leaves nothing behind"
-    second, state = run(state, cfg)
-    for a, b in zip(first, second):
-      assert_bitwise(a, b, f"{cfg.replay_mode}: second pass")
-
-
-def test_forty_steps_random_acceptance_against_reference(backend):
-  """40 verify steps with random acceptance: compact kernels vs the jax.numpy reference."""
-  cfg = small_cfg(mode="compact")
-  p = m.random_params(cfg, 4)
-  rng = np.random.default_rng(4)
-  B = 2
-  k = m.init_state(cfg, B, jnp.float32)
-  r = m.init_state(cfg, B, jnp.float32)
-  rows = np.zeros(B, np.int32)
-  for step in range(40):
-    R = int(rng.integers(1, 9))
-    xbc, dt = inputs(cfg, B, R, rng=rng)
-    yk, k = m.verify(cfg, p, k, xbc, dt, rows, backend=backend)
-    yr, r = m.verify(cfg, p, r, xbc, dt, rows, backend="reference")
-    assert_close(yk, yr, 1e-5, f"y at step {step}")
-    rows = rng.integers(0, R, B).astype(np.int32)
-  a = m.committed_state(cfg, p, k, rows, backend=backend)
-  b = m.committed_state(cfg, p, r, rows, backend="reference")
-  assert_close(a[0], b[0], 1e-5, "final committed ssm")
-  assert_close(a[1], b[1], 1e-6, "final committed conv")
-
-
-@pytest.mark.parametrize("bad", [-1, 8, 5])          # negative, >= capacity, >= pending (5)
-def test_invalid_selector_leaves_state_intact(backend, bad):
-  cfg = small_cfg(mode="compact")
-  p = m.random_params(cfg, 5)
-  rng = np.random.default_rng(5)
-  B = 3
-  state = m.init_state(cfg, B, jnp.float32)
-  xbc, dt = inputs(cfg, B, 5, rng=rng)
-  _, state = m.verify(cfg, p, state, xbc, dt, np.zeros(B, np.int32), backend=backend)
-  before = copy_state(state)
-  rows = jnp.asarray([bad, 2, 4], jnp.int32)          # device values: checked in the kernels
-  xbc, dt = inputs(cfg, B, 3, rng=rng)
-  y, after = m.verify(cfg, p, state, xbc, dt, rows, backend=backend)
-  assert np.all(np.isnan(np.asarray(y)[0]))
-  assert not np.any(np.isnan(np.asarray(y)[1:]))
-  for name, a, b in zip(type(after)._fields, after, before):
-    assert_bitwise(np.asarray(a)[0], b[0], f"sequence 0 {name}")
-  assert np.asarray(after.pending).tolist() == [5, 3, 3]
-  # The host-side check names the sequence and the allowed range.
-  state = m.CompactState(*map(jnp.asarray, before))
-  with pytest.raises(ValueError, match=rf"state_row\[0\]={bad}: expected 0 <= state_row < "):
-    m.verify(cfg, p, state, xbc, dt, np.array([bad, 2, 4], np.int32), backend=backend)
-  for a, b in zip(state, before):
-    assert_bitwise(a, b, "state after the rejected call")
-
-
-def test_nothing_pending_requires_row_zero(backend):
-  cfg = small_cfg(mode="compact")
-  p = m.random_params(cfg, 6)
-  state = m.init_state(cfg, 2, jnp.float32)
-  xbc, dt = inputs(cfg, 2, 3)
-  with pytest.raises(ValueError, match=r"state_row\[1\]=1: expected 0 \(nothing is pending"):
-    m.verify(cfg, p, state, xbc, dt, np.array([0, 1], np.int32), backend=backend)
-  y, state = m.verify(cfg, p, state, xbc, dt, jnp.asarray([0, 1], jnp.int32), backend=backend)
-  assert np.all(np.isnan(np.asarray(y)[1])) and not np.any(np.isnan(np.asarray(y)[0]))
-  assert np.asarray(state.pending).tolist() == [3, 0]
-
-
-def test_committed_state_restore_and_conversion(backend):
-  """Capture the committed state in compact mode, restore it in either mode, continue alike."""
-  pair = Pair(backend, seed=7, B=2)
-  pair.call(8)
-  ssm, conv = pair.accept([6, 2])
-  xbc, dt = inputs(pair.snap, 2, 8, rng=np.random.default_rng(70))
-  ys = []
-  for cfg in (pair.snap, pair.comp):
-    restored = m.state_from_committed(cfg, ssm, conv, jnp.float32)
-    y, _ = m.verify(cfg, pair.p, restored, xbc, dt, np.zeros(2, np.int32), backend=backend)
-    ys.append(np.asarray(y))
-  converted = m.convert_state(pair.comp, pair.p, pair.c, np.array([6, 2], np.int32), pair.snap,
-                              backend=backend)
-  y, _ = m.verify(pair.snap, pair.p, converted, xbc, dt, np.zeros(2, np.int32), backend=backend)
-  y_cont, _ = m.verify(pair.comp, pair.p, pair.c, xbc, dt, np.array([6, 2], np.int32),
-                       backend=backend)
-  assert_bitwise(ys[0], ys[1], "restored snapshot vs restored compact")
-  assert_bitwise(ys[0], y, "converted")
-  assert_bitwise(ys[0], y_cont, "continuing in place")
-
-
 def test_compact_memory_is_one_state_plus_window():
   cfg = m.BOLT.replace(replay_mode="compact")
   shapes = m.state_shapes(cfg, 1, jnp.bfloat16)
@@ -202,42 +58,194 @@ def test_compact_memory_is_one_state_plus_window():
   assert sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in snap) == 8 * one_state
 
 
-@pytest.mark.parametrize("prefetch,unroll", [(None, True), (1, True), (4, False)])
-def test_load_schedules_agree_bitwise(backend, prefetch, unroll):
-  """How far ahead rows are loaded, and unrolled vs fori_loop rows, change no bit."""
-  import dataclasses
-  from m2v_jax import ops
-  cfg = small_cfg(mode="compact")
-  p = m.random_params(cfg, 8)
-  rng = np.random.default_rng(8)
-  xbc, dt = inputs(cfg, 2, 8, rng=rng)
-  base = m.config.tile_config(cfg)
-  variant = dataclasses.replace(base, prefetch=prefetch, unroll=unroll)
-  out = []
-  for tiles in (base, variant):
+class CompactChecks:
+  """Compact replay against snapshot mode, bitwise (compiled and interpret variants below)."""
+
+  backend: str
+
+  def test_multi_round_verify_partial_acceptance(self):
+    pair = Pair(self.backend)
+    pair.call(8)
+    for rows in ([0, 0, 0], [3, 3, 3], [7, 7, 7], [0, 3, 7], None, None):
+      pair.accept(pair.random_rows() if rows is None else rows)
+      pair.call(8)
+
+  def test_prefill_handoff_then_verify(self):
+    """An R=37 prefill into capacity 8 hands off through state_row = 7, then R=8 verifies."""
+    pair = Pair(self.backend, seed=1)
+    pair.call(37)
+    pair.accept([7, 7, 7])
+    pair.call(8)
+    pair.accept([2, 5, 7])
+    pair.call(8)
+    pair.accept([4, 0, 1])
+
+  def test_prefill_while_window_pending(self):
+    """An R=37 chunk arriving while rows are pending: the pre-pass folds them first."""
+    pair = Pair(self.backend, seed=2)
+    pair.call(8)
+    pair.accept([5, 2, 0])
+    pair.call(37)
+    pair.accept([7, 3, 6])
+    pair.call(5)
+    pair.accept([4, 4, 4])
+
+  @pytest.mark.parametrize("capacity", [8, 16])
+  def test_row_counts_and_capacities(self, capacity):
+    pair = Pair(self.backend, capacity=capacity, seed=capacity, B=2)
+    for R in (1, 5, 7, 8, 9, 12, 16, 37):
+      pair.call(R)
+      pair.accept(pair.random_rows())
+
+  def test_reset_replays_identically(self):
+    """Two passes over the same calls with a full reset between them give the same results."""
+    pair = Pair(self.backend, seed=3, B=2)
+    plan = [(8, None), (8, [3, 6]), (37, [7, 0]), (4, [7, 7]), (8, [1, 2])]
+    rng = np.random.default_rng(30)
+    data = [inputs(pair.snap, 2, R, rng=rng) for R, _ in plan]
+
+    def run(state, cfg):
+      ys, rows = [], np.zeros(2, np.int32)
+      for (R, r), (xbc, dt) in zip(plan, data):
+        rows = rows if r is None else np.asarray(r, np.int32)
+        fn = m.verify if R <= cfg.capacity else m.prefill
+        y, state = fn(cfg, pair.p, state, xbc, dt, rows, backend=self.backend)
+        ys.append(np.asarray(y))
+      return ys, state
+
+    for cfg, state in ((pair.comp, pair.c), (pair.snap, pair.s)):
+      first, state = run(state, cfg)
+      state = m.reset_state(state)
+      for leaf in state:
+        assert not np.any(np.asarray(leaf)), "a reset leaves nothing behind"
+      second, state = run(state, cfg)
+      for a, b in zip(first, second):
+        assert_bitwise(a, b, f"{cfg.replay_mode}: second pass")
+
+  def test_forty_steps_random_acceptance_against_reference(self):
+    """40 verify steps with random acceptance: compact kernels vs the jax.numpy reference."""
+    cfg = small_cfg(mode="compact")
+    p = m.random_params(cfg, 4)
+    rng = np.random.default_rng(4)
+    B = 2
+    k = m.init_state(cfg, B, jnp.float32)
+    r = m.init_state(cfg, B, jnp.float32)
+    rows = np.zeros(B, np.int32)
+    for step in range(40):
+      R = int(rng.integers(1, 9))
+      xbc, dt = inputs(cfg, B, R, rng=rng)
+      yk, k = m.verify(cfg, p, k, xbc, dt, rows, backend=self.backend)
+      yr, r = m.verify(cfg, p, r, xbc, dt, rows, backend="reference")
+      assert_close(yk, yr, 1e-5, f"y at step {step}")
+      rows = rng.integers(0, R, B).astype(np.int32)
+    a = m.committed_state(cfg, p, k, rows, backend=self.backend)
+    b = m.committed_state(cfg, p, r, rows, backend="reference")
+    assert_close(a[0], b[0], 1e-5, "final committed ssm")
+    assert_close(a[1], b[1], 1e-6, "final committed conv")
+
+  @pytest.mark.parametrize("bad", [-1, 8, 5])          # negative, >= capacity, >= pending (5)
+  def test_invalid_selector_leaves_state_intact(self, bad):
+    cfg = small_cfg(mode="compact")
+    p = m.random_params(cfg, 5)
+    rng = np.random.default_rng(5)
+    B = 3
+    state = m.init_state(cfg, B, jnp.float32)
+    xbc, dt = inputs(cfg, B, 5, rng=rng)
+    _, state = m.verify(cfg, p, state, xbc, dt, np.zeros(B, np.int32), backend=self.backend)
+    before = copy_state(state)
+    rows = jnp.asarray([bad, 2, 4], jnp.int32)          # device values: checked in the kernels
+    xbc, dt = inputs(cfg, B, 3, rng=rng)
+    y, after = m.verify(cfg, p, state, xbc, dt, rows, backend=self.backend)
+    assert np.all(np.isnan(np.asarray(y)[0]))
+    assert not np.any(np.isnan(np.asarray(y)[1:]))
+    for name, a, b in zip(type(after)._fields, after, before):
+      assert_bitwise(np.asarray(a)[0], b[0], f"sequence 0 {name}")
+    assert np.asarray(after.pending).tolist() == [5, 3, 3]
+    # The host-side check names the sequence and the allowed range.
+    state = m.CompactState(*map(jnp.asarray, before))
+    with pytest.raises(ValueError, match=rf"state_row\[0\]={bad}: expected 0 <= state_row < "):
+      m.verify(cfg, p, state, xbc, dt, np.array([bad, 2, 4], np.int32), backend=self.backend)
+    for a, b in zip(state, before):
+      assert_bitwise(a, b, "state after the rejected call")
+
+  def test_nothing_pending_requires_row_zero(self):
+    cfg = small_cfg(mode="compact")
+    p = m.random_params(cfg, 6)
     state = m.init_state(cfg, 2, jnp.float32)
-    ci, nr = jnp.arange(2, dtype=jnp.int32), jnp.asarray([8, 5], jnp.int32)
-    _, state = ops._kernel_call(cfg, backend, p, state, xbc, dt, jnp.zeros(2, jnp.int32), None,
-                                ci, nr, tiles)
-    y, state = ops._kernel_call(cfg, backend, p, state, xbc, dt, jnp.asarray([6, 3], jnp.int32),
-                                None, ci, jnp.asarray([7, 8], jnp.int32), tiles)
-    out.append((y, state))
-  assert_bitwise(out[0][0], out[1][0], "y")
-  for name, a, b in zip(type(out[0][1])._fields, out[0][1], out[1][1]):
-    assert_bitwise(a, b, name)
+    xbc, dt = inputs(cfg, 2, 3)
+    with pytest.raises(ValueError, match=r"state_row\[1\]=1: expected 0 \(nothing is pending"):
+      m.verify(cfg, p, state, xbc, dt, np.array([0, 1], np.int32), backend=self.backend)
+    y, state = m.verify(cfg, p, state, xbc, dt, jnp.asarray([0, 1], jnp.int32),
+                        backend=self.backend)
+    assert np.all(np.isnan(np.asarray(y)[1])) and not np.any(np.isnan(np.asarray(y)[0]))
+    assert np.asarray(state.pending).tolist() == [3, 0]
+
+  def test_committed_state_restore_and_conversion(self):
+    """Capture the committed state in compact mode, restore it in either mode, continue alike."""
+    pair = Pair(self.backend, seed=7, B=2)
+    pair.call(8)
+    ssm, conv = pair.accept([6, 2])
+    xbc, dt = inputs(pair.snap, 2, 8, rng=np.random.default_rng(70))
+    ys = []
+    for cfg in (pair.snap, pair.comp):
+      restored = m.state_from_committed(cfg, ssm, conv, jnp.float32)
+      y, _ = m.verify(cfg, pair.p, restored, xbc, dt, np.zeros(2, np.int32), backend=self.backend)
+      ys.append(np.asarray(y))
+    converted = m.convert_state(pair.comp, pair.p, pair.c, np.array([6, 2], np.int32), pair.snap,
+                                backend=self.backend)
+    y, _ = m.verify(pair.snap, pair.p, converted, xbc, dt, np.zeros(2, np.int32),
+                    backend=self.backend)
+    y_cont, _ = m.verify(pair.comp, pair.p, pair.c, xbc, dt, np.array([6, 2], np.int32),
+                         backend=self.backend)
+    assert_bitwise(ys[0], ys[1], "restored snapshot vs restored compact")
+    assert_bitwise(ys[0], y, "converted")
+    assert_bitwise(ys[0], y_cont, "continuing in place")
+
+  @pytest.mark.parametrize("prefetch,unroll", [(None, True), (1, True), (4, False)])
+  def test_load_schedules_agree_bitwise(self, prefetch, unroll):
+    """How far ahead rows are loaded, and unrolled vs fori_loop rows, change no bit."""
+    import dataclasses
+    cfg = small_cfg(mode="compact")
+    p = m.random_params(cfg, 8)
+    rng = np.random.default_rng(8)
+    xbc, dt = inputs(cfg, 2, 8, rng=rng)
+    base = m.tile_config(cfg)
+    variant = dataclasses.replace(base, prefetch=prefetch, unroll=unroll)
+    out = []
+    for tiles in (base, variant):
+      state = m.init_state(cfg, 2, jnp.float32)
+      ci, nr = jnp.arange(2, dtype=jnp.int32), jnp.asarray([8, 5], jnp.int32)
+      _, state = dispatch.kernel_call(cfg, self.backend, p, state, xbc, dt,
+                                      jnp.zeros(2, jnp.int32), None, ci, nr, tiles)
+      y, state = dispatch.kernel_call(cfg, self.backend, p, state, xbc, dt,
+                                      jnp.asarray([6, 3], jnp.int32), None, ci,
+                                      jnp.asarray([7, 8], jnp.int32), tiles)
+      out.append((y, state))
+    assert_bitwise(out[0][0], out[1][0], "y")
+    for name, a, b in zip(type(out[0][1])._fields, out[0][1], out[1][1]):
+      assert_bitwise(a, b, name)
+
+  def test_convert_snapshot_with_float32_conv_to_compact(self):
+    """bf16 activations with a float32 conv state convert to a bf16 compact pool."""
+    snap = small_cfg()
+    comp = snap.replace(replay_mode="compact")
+    p = m.random_params(snap, 9)
+    rng = np.random.default_rng(9)
+    state = m.init_state(snap, 2, jnp.bfloat16, conv_dtype=jnp.float32)
+    xbc, dt = inputs(snap, 2, 8, jnp.bfloat16, rng=rng)
+    _, state = m.verify(snap, p, state, xbc, dt, [0, 0], backend=self.backend)
+    converted = m.convert_state(snap, p, state, [4, 6], comp, dtype=jnp.bfloat16,
+                                backend=self.backend)
+    assert converted.win_xbc.dtype == jnp.bfloat16 and converted.conv.dtype == jnp.float32
+    y_c, _ = m.verify(comp, p, converted, xbc, dt, [0, 0], backend=self.backend)
+    y_s, _ = m.verify(snap, p, state, xbc, dt, [4, 6], backend=self.backend)
+    assert_bitwise(y_c, y_s, "converted pool continues like the original")
 
 
-def test_convert_snapshot_with_float32_conv_to_compact(backend):
-  """bf16 activations with a float32 conv state convert to a bf16 compact pool."""
-  snap = small_cfg()
-  comp = snap.replace(replay_mode="compact")
-  p = m.random_params(snap, 9)
-  rng = np.random.default_rng(9)
-  state = m.init_state(snap, 2, jnp.bfloat16, conv_dtype=jnp.float32)
-  xbc, dt = inputs(snap, 2, 8, jnp.bfloat16, rng=rng)
-  _, state = m.verify(snap, p, state, xbc, dt, [0, 0], backend=backend)
-  converted = m.convert_state(snap, p, state, [4, 6], comp, dtype=jnp.bfloat16, backend=backend)
-  assert converted.win_xbc.dtype == jnp.bfloat16 and converted.conv.dtype == jnp.float32
-  y_c, _ = m.verify(comp, p, converted, xbc, dt, [0, 0], backend=backend)
-  y_s, _ = m.verify(snap, p, state, xbc, dt, [4, 6], backend=backend)
-  assert_bitwise(y_c, y_s, "converted pool continues like the original")
+@pytest.mark.gpu
+class TestCompactCompiled(CompactChecks):
+  backend = "pallas"
+
+
+class TestCompactInterpret(CompactChecks):
+  backend = "interpret"

@@ -1,6 +1,7 @@
 """The example model decodes through the ops: speculative == greedy, snapshot == compact."""
 
 import os
+import subprocess
 import sys
 
 import jax
@@ -26,11 +27,11 @@ def test_weights_are_trained(trained):
   assert meta["val_bits_per_byte"] < 2.5, meta
 
 
-@pytest.mark.parametrize("which", ["reference", "kernels"])
-def test_speculative_equals_greedy_in_both_modes(trained, backend, which):
+@pytest.mark.parametrize("backend", ["reference", "interpret",
+                                     pytest.param("pallas", marks=pytest.mark.gpu)])
+def test_speculative_equals_greedy_in_both_modes(trained, backend):
   cfg, params, _ = trained
-  backend = "reference" if which == "reference" else backend
-  n = 48 if which == "reference" else 20
+  n = 48 if backend == "reference" else 20
   prompt = decode.DEFAULT_PROMPT.encode()
   runs = {}
   for mode in ("snapshot", "compact"):
@@ -49,3 +50,40 @@ def test_prompt_lookup_drafts():
   assert decode.lookup_drafts(b"abcXabcYab", 3, 3) == b"cYa"
   assert decode.lookup_drafts(b"xyz", 4, 3) == b""
   assert decode.lookup_drafts(b"aaaa", 2, 2) == b"a"
+
+
+DECODE = os.path.join(HERE, "..", "examples", "decode.py")
+
+
+def run_decode(*args, timeout=600):
+  return subprocess.run([sys.executable, DECODE, *args], capture_output=True, text=True,
+                        timeout=timeout, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+
+
+def test_decoder_bad_flag_is_one_line_and_help_exits_zero():
+  bad = run_decode("--replay_mode=bogus")
+  assert bad.returncode != 0
+  assert "Traceback" not in bad.stdout + bad.stderr
+  assert "--replay_mode=bogus: value should be one of <snapshot|compact|0|1>" in bad.stderr
+  helped = run_decode("--help")
+  assert helped.returncode == 0, helped.stderr
+  assert "--max_new_tokens" in helped.stdout and "--repeats" in helped.stdout
+
+
+def test_decoder_marks_the_prompt_and_reports_spread():
+  """The prompt and the generated text are marked; speeds are medians with their range over
+  interleaved repeats; the speed-up is a median of paired ratios; the checks pass."""
+  out = run_decode("--max_new_tokens=24", "--repeats=2", "--backend=reference")
+  assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+  text = out.stdout
+  assert "----- prompt (178 bytes) -----" in text
+  assert "----- generated (snapshot, speculative)" in text
+  assert text.count("(median of 2;") == 3          # two modes speculative, greedy
+  assert "median of 2 paired runs" in text
+  assert "check: speculative output == greedy output" in text
+
+
+def test_whitespace_note():
+  assert decode.whitespace_note(b"  \n\t") == (
+      "(the model generated only whitespace: 4 bytes, b'  \\n\\t')")
+  assert decode.whitespace_note(b" x ") == ""

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import _backend, reference, rowmath
+from m2v_jax import reference
+from m2v_jax.kernels import backend, rowmath
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
 from tests.test_compact import Pair
 from tests.test_prefill import check_chunked_pool
@@ -26,12 +27,13 @@ def test_rounding_policy_canary():
   st, b = (rng.normal(size=s).astype(np.float32) for s in ((64, 128), (128,)))
   dA, dtx = np.float32(rng.uniform(0.5, 1.0)), rng.normal(size=64).astype(np.float32)
 
-  def kernel(st_ref, da_ref, dtx_ref, b_ref, o_ref):
+  def kernel(*, st_ref, da_ref, dtx_ref, b_ref, o_ref):
     o_ref[...] = rowmath.state_update(st_ref[...], da_ref[0], dtx_ref[...], b_ref[...])
 
-  out = _backend.pallas_call(kernel, grid=(1,), out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
-                             input_output_aliases={}, num_warps=4, num_stages=1,
-                             interpret=False, name="canary")(st, jnp.asarray([dA]), dtx, b)
+  out = backend.pallas_call(
+      kernel, inputs=dict(st_ref=st, da_ref=jnp.asarray([dA]), dtx_ref=dtx, b_ref=b),
+      outputs=dict(o_ref=jax.ShapeDtypeStruct((64, 128), jnp.float32)), grid=(1,),
+      num_warps=4, num_stages=1, interpret=False, name="canary")["o_ref"]
   unfused = st * dA + (dtx[:, None] * b[None, :])          # NumPy rounds each op
   fused = (st.astype(np.float64) * dA + (dtx[:, None] * b[None, :]).astype(np.float64)).astype(np.float32)
   assert np.count_nonzero(fused != unfused) > 0, "inputs do not separate the two policies"

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import pytest
 
 import m2v_jax as m
-from m2v_jax import _backend, ops
+from m2v_jax import dispatch
+from m2v_jax.kernels import backend, chunk_scan
 
 pytestmark = pytest.mark.lowering
 sds = jax.ShapeDtypeStruct
@@ -24,10 +25,10 @@ def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_t
           sds((B,), jnp.int32) if R <= cfg.capacity else None)
 
   def f(p, s, x, d, r, z_, ci, nr):
-    return ops._call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked,
+    return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked,
                      chunk_tiles=chunk_tiles)
 
-  return _backend.lower_for_cuda(f, *args, donate_argnums=(1,))
+  return backend.lower_for_cuda(f, *args, donate_argnums=(1,))
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
@@ -53,8 +54,8 @@ def test_pool_and_odd_geometry_lower(mode):
 def test_committed_state_fold_lowers():
   cfg = m.BOLT.replace(replay_mode="compact")
   state = m.state_shapes(cfg, 2, jnp.bfloat16)
-  f = lambda p, s, r: ops._committed(p, s, r, None, cfg=cfg, backend="pallas")
-  text = _backend.lower_for_cuda(f, m.random_params(cfg), state, sds((2,), jnp.int32))
+  f = lambda p, s, r: dispatch.committed(p, s, r, None, cfg=cfg, backend="pallas")
+  text = backend.lower_for_cuda(f, m.random_params(cfg), state, sds((2,), jnp.int32))
   assert text.count("__gpu$xla.gpu.triton") == 2
 
 
@@ -82,9 +83,9 @@ def test_state_passing_takes_narrow_p_tiles():
 
 
 def test_triton_kernels_capture_ir_and_launch_params():
-  """`_backend.triton_kernels` (used by `m2v_jax.sass`) returns each kernel's Triton IR with
+  """`backend.triton_kernels` (used by `tools/sass.py`) returns each kernel's Triton IR with
   the launch parameters of the tile table."""
-  from m2v_jax import sass
+  from tools import sass
   cfg = m.BOLT.replace(replay_mode="compact")
   kernels = sass.kernels_of_call(cfg, 1, 8)
   assert sorted(kernels) == ["m2v_prep_compact_r8", "m2v_ssm_compact_r8"]
@@ -101,6 +102,6 @@ def test_triton_kernels_capture_ir_and_launch_params():
 def test_chunked_prefill_lowers_for_headdim_96(mode):
   """headdim not a power of two: the chunked scan takes P in power-of-two tiles (32 here)."""
   cfg = m.Mamba2Config(nheads=8, headdim=96, dstate=64, ngroups=2, replay_mode=mode)
-  assert m.ops.prefill_kernels.supported(cfg)
+  assert chunk_scan.supported(cfg)
   text = lower(cfg, 2, 136, chunked=True)
   assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)

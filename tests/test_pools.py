@@ -7,6 +7,7 @@ import pytest
 from jax.sharding import Mesh
 
 import m2v_jax as m
+from m2v_jax import checks
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, small_cfg
 
 E, B = 16, 5
@@ -70,14 +71,6 @@ class PoolPair:
     return out[0]
 
 
-def test_pool_padding_shuffled_indices_mixed_rows(backend):
-  pp = PoolPair(backend, seed=1)
-  pp.call(idx=[3, -1, 11, 0, 7], rows=[0, 0, 0, 0, 0], nrows=[8, 1, 5, 2, 8])
-  pp.committed([11, 3, 0, 7], [4, 7, 1, 2])
-  pp.call(idx=[11, 3, -1, 7, 0], rows=[4, 7, 0, 2, 1], nrows=[3, 8, 1, 6, 1])
-  pp.call(idx=[0, 7, 3, 11, 9], rows=[0, 5, 2, 0, 0], nrows=[8, 4, 8, 2, 7])
-
-
 def check_reused_entry(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=2):
   """A pool entry reset for a new request carries nothing of the previous one over (window,
   pending rows, conv, state): after a reset, its y equals that of the same entry of a fresh
@@ -112,20 +105,6 @@ def check_reused_entry(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.floa
   assert_bitwise(np.asarray(y)[0], np.asarray(y2)[0], "reused entry")
 
 
-def test_reused_entry_carries_nothing_over(backend):
-  check_reused_entry(backend)
-
-
-def test_reset_entries_with_committed_state(backend):
-  pp = PoolPair(backend, seed=3)
-  pp.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
-  ssm, conv = pp.committed([2], [5])
-  for k in pp.k:
-    pp.k[k] = m.reset_entries(pp.k[k], [9], ssm=ssm, conv=conv)
-    pp.r[k] = m.reset_entries(pp.r[k], [9], ssm=ssm, conv=conv)
-  pp.call(idx=[9, 2, -1, -1, 1], rows=[0, 5, 0, 0, 7], nrows=[8, 8, 1, 1, 3])
-
-
 def check_nan_isolation(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=4):
   """NaN and Inf inputs in one sequence (index 2) leave every other sequence's y and state
   bitwise equal to a run without them (pool entries shuffled)."""
@@ -148,10 +127,6 @@ def check_nan_isolation(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.flo
     assert np.any(np.isnan(np.asarray(ys[mode], np.float32)[2])), "the NaN reached its own y"
 
 
-def test_nan_in_one_sequence_changes_nothing_else(backend):
-  check_nan_isolation(backend)
-
-
 def test_host_checks_for_pools():
   cfg = small_cfg()
   p = m.random_params(cfg, 5)
@@ -165,7 +140,7 @@ def test_host_checks_for_pools():
     m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[0, 1, 2], num_rows=[1, 4, 5])
   x9, d9 = inputs(cfg, 3, 9)
   with pytest.raises(ValueError, match="num_rows: only for calls of R <= capacity"):
-    m.ops._check_call(cfg, p, st, x9, d9, [0, 0, 0], None, [0, 1, 2], [9, 9, 9], verify=False)
+    checks.call(cfg, p, st, x9, d9, [0, 0, 0], None, [0, 1, 2], [9, 9, 9], verify=False)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
@@ -181,17 +156,35 @@ def test_two_way_head_sharding_matches_one_device(mode):
   check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=6, Rs=(8, 5, 8))
 
 
-def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs):
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_sharding_with_a_make_mesh_mesh(mode):
+  """`jax.make_mesh` gives Explicit axes (a `Mesh` built by hand: Auto ones); the sharded op
+  takes both: heads over 2 devices equal the one-device run bitwise, and with the inputs
+  placed by `sharding.put` the state is donated without a copy (no warning, which the test
+  suite turns into an error)."""
+  if jax.device_count() < 2:
+    pytest.skip("needs 2 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+  backend = "pallas" if jax.devices()[0].platform == "gpu" else "interpret"
+  mesh = jax.make_mesh((2,), ("tp",))
+  assert mesh.axis_types == (jax.sharding.AxisType.Explicit,)
+  cfg = m.Mamba2Config(nheads=4, headdim=8, dstate=16, ngroups=2, replay_mode=mode)
+  check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=2, seed=8, Rs=(8, 3),
+                       batch_axis=None)
+
+
+def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp"):
   """Runs verify calls of R in `Rs` rows with heads over mesh axis "tp" and sequences over
   "dp", and on one device; y and the states agree bitwise after every call."""
   p = m.random_params(cfg, seed)
   rng = np.random.default_rng(seed)
   n = mesh.shape["tp"]
-  run = m.sharding.sharded(m.verify, mesh, cfg, head_axis="tp", batch_axis="dp", backend=backend)
+  run = m.sharding.sharded(m.verify, mesh, cfg, head_axis="tp", batch_axis=batch_axis,
+                           backend=backend)
   step = jax.jit(run, donate_argnums=1)
   one = m.init_state(cfg, Bsz, dtype)
-  _, many, _ = m.sharding.to_tp_layout(cfg, n, state=m.init_state(cfg, Bsz, dtype))
-  ptp, _, _ = m.sharding.to_tp_layout(cfg, n, params=p)
+  ptp, many, _ = m.sharding.to_tp_layout(cfg, n, params=p, state=m.init_state(cfg, Bsz, dtype))
+  ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis=batch_axis, params=ptp,
+                             state=many)
   rows = np.zeros(Bsz, np.int32)
   for R in Rs:
     xbc, dt = inputs(cfg, Bsz, R, dtype, rng=rng)
@@ -206,27 +199,63 @@ def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs):
     rows = rng.integers(0, R, Bsz).astype(np.int32)
 
 
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_restored_entry_continues_like_the_original(backend, mode):
-  """reset_entries with a captured committed state: the new entry continues bitwise like
-  the entry it was captured from."""
-  cfg = small_cfg(mode=mode)
-  p = m.random_params(cfg, 9)
-  rng = np.random.default_rng(9)
-  state = m.init_state(cfg, 4, jnp.float32)
-  xbc, dt = inputs(cfg, 2, 8, rng=rng)
-  _, state = m.verify(cfg, p, state, xbc, dt, [0, 0], cache_indices=[0, 1], backend=backend)
-  ssm, conv = m.committed_state(cfg, p, state, [5], cache_indices=[1], backend=backend)
-  state = m.reset_entries(state, [3, -1], ssm=jnp.concatenate([ssm, ssm]),
-                          conv=jnp.concatenate([conv, conv]))
-  x1, d1 = inputs(cfg, 1, 8, rng=rng)
-  y, state = m.verify(cfg, p, state, jnp.concatenate([x1, x1]), jnp.concatenate([d1, d1]),
-                      [5, 0], cache_indices=[1, 3], backend=backend)
-  assert_bitwise(np.asarray(y)[0], np.asarray(y)[1], "restored entry vs original")
-
-
 def test_reset_entries_checks_shapes():
   cfg = small_cfg()
   state = m.init_state(cfg, 4, jnp.float32)
   with pytest.raises(ValueError, match=r"ssm: expected shape \[1, 4, 8, 16\]"):
     m.reset_entries(state, [2], ssm=jnp.zeros((1, 4, 8, 8)))
+
+
+class PoolChecks:
+  """Pools, padding, reuse, NaN isolation (compiled and interpret variants below)."""
+
+  backend: str
+
+  def test_pool_padding_shuffled_indices_mixed_rows(self):
+    pp = PoolPair(self.backend, seed=1)
+    pp.call(idx=[3, -1, 11, 0, 7], rows=[0, 0, 0, 0, 0], nrows=[8, 1, 5, 2, 8])
+    pp.committed([11, 3, 0, 7], [4, 7, 1, 2])
+    pp.call(idx=[11, 3, -1, 7, 0], rows=[4, 7, 0, 2, 1], nrows=[3, 8, 1, 6, 1])
+    pp.call(idx=[0, 7, 3, 11, 9], rows=[0, 5, 2, 0, 0], nrows=[8, 4, 8, 2, 7])
+
+  def test_reused_entry_carries_nothing_over(self):
+    check_reused_entry(self.backend)
+
+  def test_reset_entries_with_committed_state(self):
+    pp = PoolPair(self.backend, seed=3)
+    pp.call(idx=[0, 1, 2, 3, 4], rows=[0] * 5, nrows=[8] * 5)
+    ssm, conv = pp.committed([2], [5])
+    for k in pp.k:
+      pp.k[k] = m.reset_entries(pp.k[k], [9], ssm=ssm, conv=conv)
+      pp.r[k] = m.reset_entries(pp.r[k], [9], ssm=ssm, conv=conv)
+    pp.call(idx=[9, 2, -1, -1, 1], rows=[0, 5, 0, 0, 7], nrows=[8, 8, 1, 1, 3])
+
+  def test_nan_in_one_sequence_changes_nothing_else(self):
+    check_nan_isolation(self.backend)
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_restored_entry_continues_like_the_original(self, mode):
+    """reset_entries with a captured committed state: the new entry continues bitwise like
+    the entry it was captured from."""
+    cfg = small_cfg(mode=mode)
+    p = m.random_params(cfg, 9)
+    rng = np.random.default_rng(9)
+    state = m.init_state(cfg, 4, jnp.float32)
+    xbc, dt = inputs(cfg, 2, 8, rng=rng)
+    _, state = m.verify(cfg, p, state, xbc, dt, [0, 0], cache_indices=[0, 1], backend=self.backend)
+    ssm, conv = m.committed_state(cfg, p, state, [5], cache_indices=[1], backend=self.backend)
+    state = m.reset_entries(state, [3, -1], ssm=jnp.concatenate([ssm, ssm]),
+                            conv=jnp.concatenate([conv, conv]))
+    x1, d1 = inputs(cfg, 1, 8, rng=rng)
+    y, state = m.verify(cfg, p, state, jnp.concatenate([x1, x1]), jnp.concatenate([d1, d1]),
+                        [5, 0], cache_indices=[1, 3], backend=self.backend)
+    assert_bitwise(np.asarray(y)[0], np.asarray(y)[1], "restored entry vs original")
+
+
+@pytest.mark.gpu
+class TestPoolCompiled(PoolChecks):
+  backend = "pallas"
+
+
+class TestPoolInterpret(PoolChecks):
+  backend = "interpret"

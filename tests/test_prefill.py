@@ -7,96 +7,10 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
+from m2v_jax import dispatch, reference
+from m2v_jax.kernels import chunk_scan as pk
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state, small_cfg
 from tests.test_compact import Pair
-
-
-@pytest.mark.parametrize("mode,R,capacity", [("snapshot", 9, 8), ("snapshot", 17, 16),
-                                             ("snapshot", 77, 8), ("compact", 37, 8),
-                                             ("compact", 77, 16)])
-def test_chunked_matches_reference(backend, mode, R, capacity):
-  """R just above the capacity, not a multiple of the chunk, several starting states."""
-  cfg = small_cfg(mode=mode, capacity=capacity)
-  p = m.random_params(cfg, R)
-  rng = np.random.default_rng(R)
-  B = 3
-  state = random_state(cfg, B, rng=rng)
-  if mode == "compact":      # leave rows pending so the pre-pass has work
-    xbc, dt = inputs(cfg, B, capacity, rng=rng)
-    _, state = m.verify(cfg, p, state, xbc, dt, [0] * B, backend="reference")
-  rows = np.array([0, capacity - 1, 3], np.int32)
-  xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-  ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
-  y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
-  y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=backend, chunked=True)
-  assert_close(y, y_ref, 1e-5, "y")
-  for name, a, b in zip(type(got)._fields, got, want):
-    if name == "pending":
-      assert_bitwise(a, b, name)
-    else:
-      assert_close(a, b, 1e-5, name)
-
-
-@pytest.mark.parametrize("ngroups,tiles,heads", [
-    (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=4, state_heads=2, state_stages=2,
-                     out_heads=2, out_stages=2), (2, 2)),
-    (2, m.ChunkTiles(chunk=16, block_p=1, state_heads=4, out_heads=1, out_warps=8), (2, 1)),
-    (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4), (1, 4))])
-def test_chunk_tiles_match_reference(backend, monkeypatch, ngroups, tiles, heads):
-  """Other launch parameters, same results: several heads (shrunk to the heads of a group)
-  and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-  3 chunks of 16. The small grid would make the plan drop to one head a program: the
-  program-count floor is lifted."""
-  from m2v_jax import prefill_kernels as pk
-  monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
-  cfg = small_cfg(ngroups=ngroups)
-  plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles,
-                      interpret=True)
-  assert (plan.state_heads, plan.out_heads) == heads
-  p = m.random_params(cfg, 41)
-  rng = np.random.default_rng(41)
-  B, R = 2, 51                                       # body 43 rows: 3 chunks of 16
-  state = random_state(cfg, B, rng=rng)
-  rows = np.array([2, 6], np.int32)
-  xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-  ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
-  y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
-  y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=backend, chunked=True,
-                     chunk_tiles=tiles)
-  assert_close(y, y_ref, 1e-5, "y")
-  assert_close(got.ssm, want.ssm, 1e-5, "ssm")
-  assert_close(got.conv, want.conv, 1e-6, "conv")
-
-
-def test_modes_bitwise_across_chunked_prefill(backend, monkeypatch):
-  """With the chunked body, snapshot and compact still agree bitwise after every call."""
-  monkeypatch.setattr(m.ops.prefill_kernels, "MIN_ROWS", 1)    # chunked from R = cap + 1
-  pair = Pair(backend, seed=21, B=2)
-  pair.call(8)
-  pair.accept([5, 1])
-  pair.call(77)                     # pre-pass fold, chunked body, serial tail
-  pair.accept([7, 4])
-  pair.call(8)
-  pair.accept([3, 3])
-
-
-def test_one_prefill_equals_prefill_then_verify(backend):
-  """Prefill P rows in one call vs P-k rows then a fully accepted k-row verify."""
-  cfg = small_cfg(mode="compact")
-  p = m.random_params(cfg, 22)
-  rng = np.random.default_rng(22)
-  B, P, k = 2, 100, 6
-  xbc, dt = inputs(cfg, B, P, rng=rng)
-  one = m.init_state(cfg, B, jnp.float32)
-  _, one = m.prefill(cfg, p, one, xbc, dt, [0, 0], backend=backend, chunked=True)
-  two = m.init_state(cfg, B, jnp.float32)
-  _, two = m.prefill(cfg, p, two, xbc[:, :P - k], dt[:, :P - k], [0, 0], backend=backend,
-                     chunked=True)
-  _, two = m.verify(cfg, p, two, xbc[:, P - k:], dt[:, P - k:], [7, 7], backend=backend)
-  a = m.committed_state(cfg, p, one, [7, 7], backend=backend)
-  b = m.committed_state(cfg, p, two, [k - 1, k - 1], backend=backend)
-  assert_close(a[0], b[0], 1e-5, "ssm")
-  assert_close(a[1], b[1], 1e-6, "conv")
 
 
 def check_chunked_pool(backend, cfg, R, tol=1e-5):
@@ -138,19 +52,10 @@ def check_chunked_pool(backend, cfg, R, tol=1e-5):
       assert_close(a[0], w[0], tol, f"{name} of entry 0")
 
 
-@pytest.mark.parametrize("R", [77, 72])
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_chunked_pool_padding_invalid_and_nan(backend, mode, R):
-  """`check_chunked_pool` at R = 77: the body's padded chunks reach past R (the kernels' y is
-  cut to R rows, z padded); R = 72: they do not (z and y used in place)."""
-  check_chunked_pool(backend, small_cfg(mode=mode), R)
-
-
 def test_chunk_out_fills_rows_of_sequences_not_run():
   """The output kernel writes its `fill` value into every body row of a sequence it
   does not run (the op passes NaN or zero). Checked with 7.0: interpret mode leaves unwritten
   outputs NaN, so the op-level NaN check alone could not fail there."""
-  from m2v_jax import prefill_kernels as pk
   cfg = small_cfg()
   B, E, Rb = 2, 2, 40
   plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=False, y_dtype=jnp.float32,
@@ -160,9 +65,10 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   dtr = jnp.asarray(rng.uniform(0, 1, size=(B, plan.Rp, cfg.nheads)), jnp.float32)
   p = m.random_params(cfg, 3)
   ssm = jnp.zeros((E, cfg.capacity, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
-  _, y = pk.chunk_scan_call(plan)(
-      jnp.arange(B, dtype=jnp.int32), jnp.zeros(B, jnp.int32), jnp.asarray([1, 0], jnp.int32),
-      jnp.asarray([0.0, 7.0], jnp.float32), xr, dtr, p.A_log, p.D, ssm)
+  _, y = pk.chunk_scan(
+      plan, jnp.arange(B, dtype=jnp.int32), jnp.zeros(B, jnp.int32),
+      jnp.asarray([1, 0], jnp.int32), jnp.asarray([0.0, 7.0], jnp.float32), xr, dtr, None,
+      p.A_log, p.D, ssm)
   y = np.asarray(y)
   assert y.shape == (B, plan.y_rows, cfg.d_inner)
   assert np.all(y[1, :plan.Rp] == 7.0), "fill rows of the sequence not run"
@@ -181,7 +87,6 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   state (bfloat16 state or inputs too), rows of the padding zero, the conv state after the
   body. conv_rows below K-1 are raised (only the first block reads the conv state), above
   the chunk lowered."""
-  from m2v_jax import prefill_kernels as pk, reference
   cfg = small_cfg()
   B, R = 2, Rb + 8
   rng = np.random.default_rng(Rb)
@@ -192,7 +97,7 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=B, B=B, has_z=False, y_dtype=dtype, interpret=True,
                       tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32))
   assert plan.conv_rows == plan_rows
-  post, dtp, conv_end = pk.body_inputs(plan, p, conv0, xbc, dt)
+  post, dtp, conv_end = dispatch.body_inputs(plan, p, conv0, xbc, dt)
   want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (B, plan.Rp, cfg.conv_dim) and dtp.shape == (B, plan.Rp, cfg.nheads)
   assert_close(post[:, :Rb], want, 1e-6, "post-conv rows")
@@ -205,7 +110,6 @@ def test_chunk_heads_keep_the_grid_full():
   """Heads per chunk-states program: the table's 16 at Bolt for a long body, fewer when the
   grid would fall below MIN_LOCAL_PROGRAMS programs (short bodies), never below one; the
   output kernel's (1 in the table) the same rule."""
-  from m2v_jax import prefill_kernels as pk
   tiles = m.chunk_tile_config(m.BOLT)
   plan = lambda Rb, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, Rb=Rb, E=B, B=B, has_z=False,
                                                y_dtype=jnp.bfloat16, tiles=t)
@@ -235,7 +139,111 @@ def test_chunk_tiles_are_checked(fields, match):
 
 
 def test_chunk_shorter_than_conv_state_is_rejected():
-  from m2v_jax import prefill_kernels as pk
   with pytest.raises(ValueError, match="below the conv state"):
     pk.ChunkPlan(cfg=small_cfg(), Rb=40, E=1, B=1, has_z=False, y_dtype=jnp.float32,
                  tiles=m.ChunkTiles(chunk=2), interpret=True)
+
+
+class PrefillChecks:
+  """Chunked prefill against the reference (compiled and interpret variants below)."""
+
+  backend: str
+
+  @pytest.mark.parametrize("mode,R,capacity", [("snapshot", 9, 8), ("snapshot", 17, 16),
+                                               ("snapshot", 77, 8), ("compact", 37, 8),
+                                               ("compact", 77, 16)])
+  def test_chunked_matches_reference(self, mode, R, capacity):
+    """R just above the capacity, not a multiple of the chunk, several starting states."""
+    cfg = small_cfg(mode=mode, capacity=capacity)
+    p = m.random_params(cfg, R)
+    rng = np.random.default_rng(R)
+    B = 3
+    state = random_state(cfg, B, rng=rng)
+    if mode == "compact":      # leave rows pending so the pre-pass has work
+      xbc, dt = inputs(cfg, B, capacity, rng=rng)
+      _, state = m.verify(cfg, p, state, xbc, dt, [0] * B, backend="reference")
+    rows = np.array([0, capacity - 1, 3], np.int32)
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
+    y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True)
+    assert_close(y, y_ref, 1e-5, "y")
+    for name, a, b in zip(type(got)._fields, got, want):
+      if name == "pending":
+        assert_bitwise(a, b, name)
+      else:
+        assert_close(a, b, 1e-5, name)
+
+  @pytest.mark.parametrize("ngroups,tiles,heads", [
+      (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=4, state_heads=2, state_stages=2,
+                       out_heads=2, out_stages=2), (2, 2)),
+      (2, m.ChunkTiles(chunk=16, block_p=1, state_heads=4, out_heads=1, out_warps=8), (2, 1)),
+      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4), (1, 4))])
+  def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
+    """Other launch parameters, same results: several heads (shrunk to the heads of a group)
+    and P tiles per chunk-states and output program, state-passing P tiles down to one row,
+    3 chunks of 16. The small grid would make the plan drop to one head a program: the
+    program-count floor is lifted."""
+    monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
+    cfg = small_cfg(ngroups=ngroups)
+    plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles,
+                        interpret=True)
+    assert (plan.state_heads, plan.out_heads) == heads
+    p = m.random_params(cfg, 41)
+    rng = np.random.default_rng(41)
+    B, R = 2, 51                                       # body 43 rows: 3 chunks of 16
+    state = random_state(cfg, B, rng=rng)
+    rows = np.array([2, 6], np.int32)
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
+    y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True,
+                       chunk_tiles=tiles)
+    assert_close(y, y_ref, 1e-5, "y")
+    assert_close(got.ssm, want.ssm, 1e-5, "ssm")
+    assert_close(got.conv, want.conv, 1e-6, "conv")
+
+  def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
+    """With the chunked body, snapshot and compact still agree bitwise after every call."""
+    monkeypatch.setattr(dispatch, "MIN_CHUNKED_ROWS", 1)    # chunked from R = cap + 1
+    pair = Pair(self.backend, seed=21, B=2)
+    pair.call(8)
+    pair.accept([5, 1])
+    pair.call(77)                     # pre-pass fold, chunked body, serial tail
+    pair.accept([7, 4])
+    pair.call(8)
+    pair.accept([3, 3])
+
+  def test_one_prefill_equals_prefill_then_verify(self):
+    """Prefill P rows in one call vs P-k rows then a fully accepted k-row verify."""
+    cfg = small_cfg(mode="compact")
+    p = m.random_params(cfg, 22)
+    rng = np.random.default_rng(22)
+    B, P, k = 2, 100, 6
+    xbc, dt = inputs(cfg, B, P, rng=rng)
+    one = m.init_state(cfg, B, jnp.float32)
+    _, one = m.prefill(cfg, p, one, xbc, dt, [0, 0], backend=self.backend, chunked=True)
+    two = m.init_state(cfg, B, jnp.float32)
+    _, two = m.prefill(cfg, p, two, xbc[:, :P - k], dt[:, :P - k], [0, 0], backend=self.backend,
+                       chunked=True)
+    _, two = m.verify(cfg, p, two, xbc[:, P - k:], dt[:, P - k:], [7, 7], backend=self.backend)
+    a = m.committed_state(cfg, p, one, [7, 7], backend=self.backend)
+    b = m.committed_state(cfg, p, two, [k - 1, k - 1], backend=self.backend)
+    assert_close(a[0], b[0], 1e-5, "ssm")
+    assert_close(a[1], b[1], 1e-6, "conv")
+
+  @pytest.mark.parametrize("R", [77, 72])
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_chunked_pool_padding_invalid_and_nan(self, mode, R):
+    """`check_chunked_pool` at R = 77: the body's padded chunks reach past R (the kernels' y is
+    cut to R rows, z padded); R = 72: they do not (z and y used in place)."""
+    check_chunked_pool(self.backend, small_cfg(mode=mode), R)
+
+
+@pytest.mark.gpu
+class TestPrefillCompiled(PrefillChecks):
+  backend = "pallas"
+
+
+class TestPrefillInterpret(PrefillChecks):
+  backend = "interpret"

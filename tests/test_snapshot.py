@@ -1,5 +1,6 @@
 """Snapshot-mode kernels (interpret mode on CPU, compiled on a GPU) against the reference."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,143 +14,6 @@ from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, ran
 def call(cfg, p, state, xbc, dt, rows, backend, **kw):
   fn = m.verify if xbc.shape[1] <= cfg.capacity else m.prefill
   return fn(cfg, p, state, xbc, dt, rows, backend=backend, **kw)
-
-
-@pytest.mark.parametrize("G", [1, 2])
-@pytest.mark.parametrize("S", [8, 16])
-@pytest.mark.parametrize("R", [1, 5, 8, 9, 12, 37])
-def test_kernel_matches_reference(backend, R, S, G):
-  cfg = small_cfg(ngroups=G, capacity=S)
-  p = m.random_params(cfg, R + S + G)
-  rng = np.random.default_rng(R * 100 + S + G)
-  B = 3
-  state = random_state(cfg, B, rng=rng)
-  # start slots that the call overwrites (0 and 2 when R > 2) and the last slot
-  rows = np.array([2, S - 1, 0], np.int32)
-  xbc, dt = inputs(cfg, B, R, rng=rng)
-  before = copy_state(state)
-  y_ref, want = (reference.snapshot_call if True else None)(
-      cfg, p, m.SnapshotState(*map(jnp.asarray, before)), xbc, dt, jnp.asarray(rows))
-  y, got = call(cfg, p, state, xbc, dt, rows, backend)
-  assert_close(y, y_ref, 1e-5, "y")
-  assert_close(got.ssm, want.ssm, 1e-5, "ssm bank")
-  assert_bitwise(got.conv, want.conv, "conv bank")
-  keep = min(R, S)
-  assert_bitwise(np.asarray(got.ssm)[:, keep:], before.ssm[:, keep:], "slots >= R untouched")
-  assert_bitwise(np.asarray(got.conv)[:, keep:], before.conv[:, keep:], "conv slots >= R")
-
-
-@pytest.mark.parametrize("dtype,conv_dtype", [(jnp.bfloat16, None), (jnp.bfloat16, jnp.float32),
-                                              (jnp.float16, None)])
-def test_low_precision_activations(backend, dtype, conv_dtype):
-  cfg = small_cfg()
-  p = m.random_params(cfg, 11)
-  rng = np.random.default_rng(11)
-  state = random_state(cfg, 2, dtype, rng=rng, conv_dtype=conv_dtype)
-  xbc, dt, z = inputs(cfg, 2, 8, dtype, rng=rng, z=True)
-  rows = np.array([3, 0], np.int32)
-  y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
-                                        xbc, dt, jnp.asarray(rows), z)
-  y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=backend)
-  assert y.dtype == dtype
-  assert_close(y.astype(jnp.float32), y_ref.astype(jnp.float32), 1e-2, "y")
-  assert_close(got.ssm, want.ssm, 1e-5, "ssm bank")
-  assert_bitwise(got.conv, want.conv, "conv bank")
-
-
-def test_gate_and_dt_limit(backend):
-  cfg = small_cfg(dt_limit=(0.01, 0.3))
-  p = m.random_params(cfg, 12)
-  rng = np.random.default_rng(12)
-  state = random_state(cfg, 2, rng=rng)
-  xbc, dt, z = inputs(cfg, 2, 4, rng=rng, z=True)
-  rows = np.array([1, 5], np.int32)
-  y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
-                                        xbc, dt, jnp.asarray(rows), z)
-  y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=backend)
-  assert_close(y, y_ref, 1e-5, "y")
-  assert_close(got.ssm, want.ssm, 1e-5, "ssm")
-
-
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_one_call_of_R_rows_equals_R_calls_of_one_row(backend, mode):
-  cfg = small_cfg(mode=mode)
-  p = m.random_params(cfg, 13)
-  rng = np.random.default_rng(13)
-  B, R = 2, 8
-  xbc, dt = inputs(cfg, B, R, rng=rng)
-  start = random_state(small_cfg(), B, rng=rng)
-  ssm0, conv0 = start.ssm[:, 0], start.conv[:, 0]
-  whole = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
-  y_all, whole = m.verify(cfg, p, whole, xbc, dt, np.zeros(B, np.int32), backend=backend)
-  last = np.full(B, R - 1, np.int32)
-  want = m.committed_state(cfg, p, whole, last, backend=backend)
-
-  single = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
-  ys = []
-  for t in range(R):
-    y, single = m.verify(cfg, p, single, xbc[:, t:t + 1], dt[:, t:t + 1],
-                         np.zeros(B, np.int32), backend=backend)
-    ys.append(np.asarray(y))
-  assert_bitwise(np.concatenate(ys, axis=1), y_all, "y")
-  got = m.committed_state(cfg, p, single, np.zeros(B, np.int32), backend=backend)
-  assert_bitwise(got[0], want[0], "ssm")
-  assert_bitwise(got[1], want[1], "conv")
-
-
-def test_device_side_invalid_state_row(backend):
-  """Out-of-range rows known only on the device: entry untouched, y NaN, others unaffected."""
-  cfg = small_cfg()
-  p = m.random_params(cfg, 14)
-  rng = np.random.default_rng(14)
-  B = 4
-  state = random_state(cfg, B, rng=rng)
-  before = copy_state(state)
-  xbc, dt = inputs(cfg, B, 5, rng=rng)
-  rows = jnp.asarray([-1, 8, 3, 1000], jnp.int32)           # device array: no host check
-  y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)),
-                                        xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32))
-  y, got = m.verify(cfg, p, state, xbc, dt, rows, backend=backend)
-  y = np.asarray(y)
-  for b in (0, 1, 3):
-    assert np.all(np.isnan(y[b])), f"sequence {b}: y must be NaN"
-    assert_bitwise(np.asarray(got.ssm)[b], before.ssm[b], f"sequence {b} ssm untouched")
-    assert_bitwise(np.asarray(got.conv)[b], before.conv[b], f"sequence {b} conv untouched")
-  assert_close(y[2], np.asarray(y_ref)[2], 1e-5, "valid sequence y")
-  assert_close(np.asarray(got.ssm)[2], np.asarray(want.ssm)[2], 1e-5, "valid sequence state")
-  bad = m.invalid_sequences(cfg, got, rows, 5)
-  assert np.asarray(bad).tolist() == [True, True, False, True]
-
-
-@pytest.mark.parametrize("rows,match", [
-    ([0, 8], r"state_row\[1\]=8: expected 0 <= state_row < S=8"),
-    ([-1, 0], r"state_row\[0\]=-1: expected 0 <= state_row < S=8"),
-    ([0, 2 ** 32 + 3], r"state_row\[1\]=4294967299: expected an int32 value"),
-])
-def test_host_invalid_state_row_raises_and_keeps_state(backend, rows, match):
-  cfg = small_cfg()
-  p = m.random_params(cfg, 15)
-  state = random_state(cfg, 2)
-  before = copy_state(state)
-  xbc, dt = inputs(cfg, 2, 3)
-  with pytest.raises(ValueError, match=match):
-    m.verify(cfg, p, state, xbc, dt, np.array(rows), backend=backend)
-  for a, b in zip(state, before):          # not donated, not modified
-    assert_bitwise(a, b, "state after a rejected call")
-
-
-def test_verify_checked_names_the_sequence(backend):
-  cfg = small_cfg()
-  p = m.random_params(cfg, 16)
-  state = random_state(cfg, 3)
-  xbc, dt = inputs(cfg, 3, 2)
-  rows = jnp.asarray([0, 1, 9], jnp.int32)
-  y, state, err = m.verify_checked(cfg, p, state, xbc, dt, rows, backend=backend)
-  assert np.all(np.isnan(np.asarray(y)[2])) and not np.any(np.isnan(np.asarray(y)[:2]))
-  with pytest.raises(Exception, match="sequence 2: state_row=9"):
-    err.throw()
-  _, _, ok = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32), backend=backend)
-  assert ok.get() is None
 
 
 @pytest.mark.parametrize("change,exc,match", [
@@ -173,6 +37,17 @@ def test_static_errors_name_the_argument(change, exc, match):
              backend="reference")
 
 
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks a machine without a GPU")
+def test_pallas_without_a_gpu_names_the_backends_that_work():
+  cfg = small_cfg()
+  p = m.random_params(cfg, 19)
+  state = m.init_state(cfg, 2, jnp.float32)
+  xbc, dt = inputs(cfg, 2, 3)
+  with pytest.raises(ValueError, match=r"backend='pallas' .* no GPU .*backend='interpret'.*"
+                                       r"backend='reference'"):
+    m.verify(cfg, p, state, xbc, dt, [0, 0], backend="pallas")
+
+
 def test_static_errors_capacity_state_and_pool():
   cfg = small_cfg()
   p = m.random_params(cfg, 18)
@@ -190,3 +65,150 @@ def test_static_errors_capacity_state_and_pool():
   with pytest.raises(ValueError, match=r"params.D: expected shape \[4\]"):
     m.verify(cfg, p._replace(D=jnp.zeros((5,))), m.init_state(cfg, 2, jnp.float32),
              xbc[:, :2], dt[:, :2], [0, 0])
+
+
+class SnapshotChecks:
+  """Snapshot-mode kernels against the reference, bad rows, checked calls (compiled and
+  interpret variants below)."""
+
+  backend: str
+
+  @pytest.mark.parametrize("G", [1, 2])
+  @pytest.mark.parametrize("S", [8, 16])
+  @pytest.mark.parametrize("R", [1, 5, 8, 9, 12, 37])
+  def test_kernel_matches_reference(self, R, S, G):
+    cfg = small_cfg(ngroups=G, capacity=S)
+    p = m.random_params(cfg, R + S + G)
+    rng = np.random.default_rng(R * 100 + S + G)
+    B = 3
+    state = random_state(cfg, B, rng=rng)
+    # start slots that the call overwrites (0 and 2 when R > 2) and the last slot
+    rows = np.array([2, S - 1, 0], np.int32)
+    xbc, dt = inputs(cfg, B, R, rng=rng)
+    before = copy_state(state)
+    y_ref, want = (reference.snapshot_call if True else None)(
+        cfg, p, m.SnapshotState(*map(jnp.asarray, before)), xbc, dt, jnp.asarray(rows))
+    y, got = call(cfg, p, state, xbc, dt, rows, self.backend)
+    assert_close(y, y_ref, 1e-5, "y")
+    assert_close(got.ssm, want.ssm, 1e-5, "ssm bank")
+    assert_bitwise(got.conv, want.conv, "conv bank")
+    keep = min(R, S)
+    assert_bitwise(np.asarray(got.ssm)[:, keep:], before.ssm[:, keep:], "slots >= R untouched")
+    assert_bitwise(np.asarray(got.conv)[:, keep:], before.conv[:, keep:], "conv slots >= R")
+
+  @pytest.mark.parametrize("dtype,conv_dtype", [(jnp.bfloat16, None), (jnp.bfloat16, jnp.float32),
+                                                (jnp.float16, None)])
+  def test_low_precision_activations(self, dtype, conv_dtype):
+    cfg = small_cfg()
+    p = m.random_params(cfg, 11)
+    rng = np.random.default_rng(11)
+    state = random_state(cfg, 2, dtype, rng=rng, conv_dtype=conv_dtype)
+    xbc, dt, z = inputs(cfg, 2, 8, dtype, rng=rng, z=True)
+    rows = np.array([3, 0], np.int32)
+    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
+                                          xbc, dt, jnp.asarray(rows), z)
+    y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
+    assert y.dtype == dtype
+    assert_close(y.astype(jnp.float32), y_ref.astype(jnp.float32), 1e-2, "y")
+    assert_close(got.ssm, want.ssm, 1e-5, "ssm bank")
+    assert_bitwise(got.conv, want.conv, "conv bank")
+
+  def test_gate_and_dt_limit(self):
+    cfg = small_cfg(dt_limit=(0.01, 0.3))
+    p = m.random_params(cfg, 12)
+    rng = np.random.default_rng(12)
+    state = random_state(cfg, 2, rng=rng)
+    xbc, dt, z = inputs(cfg, 2, 4, rng=rng, z=True)
+    rows = np.array([1, 5], np.int32)
+    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
+                                          xbc, dt, jnp.asarray(rows), z)
+    y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
+    assert_close(y, y_ref, 1e-5, "y")
+    assert_close(got.ssm, want.ssm, 1e-5, "ssm")
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_one_call_of_R_rows_equals_R_calls_of_one_row(self, mode):
+    cfg = small_cfg(mode=mode)
+    p = m.random_params(cfg, 13)
+    rng = np.random.default_rng(13)
+    B, R = 2, 8
+    xbc, dt = inputs(cfg, B, R, rng=rng)
+    start = random_state(small_cfg(), B, rng=rng)
+    ssm0, conv0 = start.ssm[:, 0], start.conv[:, 0]
+    whole = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
+    y_all, whole = m.verify(cfg, p, whole, xbc, dt, np.zeros(B, np.int32), backend=self.backend)
+    last = np.full(B, R - 1, np.int32)
+    want = m.committed_state(cfg, p, whole, last, backend=self.backend)
+
+    single = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
+    ys = []
+    for t in range(R):
+      y, single = m.verify(cfg, p, single, xbc[:, t:t + 1], dt[:, t:t + 1],
+                           np.zeros(B, np.int32), backend=self.backend)
+      ys.append(np.asarray(y))
+    assert_bitwise(np.concatenate(ys, axis=1), y_all, "y")
+    got = m.committed_state(cfg, p, single, np.zeros(B, np.int32), backend=self.backend)
+    assert_bitwise(got[0], want[0], "ssm")
+    assert_bitwise(got[1], want[1], "conv")
+
+  def test_device_side_invalid_state_row(self):
+    """Out-of-range rows known only on the device: entry untouched, y NaN, others unaffected."""
+    cfg = small_cfg()
+    p = m.random_params(cfg, 14)
+    rng = np.random.default_rng(14)
+    B = 4
+    state = random_state(cfg, B, rng=rng)
+    before = copy_state(state)
+    xbc, dt = inputs(cfg, B, 5, rng=rng)
+    rows = jnp.asarray([-1, 8, 3, 1000], jnp.int32)           # device array: no host check
+    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)),
+                                          xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32))
+    y, got = m.verify(cfg, p, state, xbc, dt, rows, backend=self.backend)
+    y = np.asarray(y)
+    for b in (0, 1, 3):
+      assert np.all(np.isnan(y[b])), f"sequence {b}: y must be NaN"
+      assert_bitwise(np.asarray(got.ssm)[b], before.ssm[b], f"sequence {b} ssm untouched")
+      assert_bitwise(np.asarray(got.conv)[b], before.conv[b], f"sequence {b} conv untouched")
+    assert_close(y[2], np.asarray(y_ref)[2], 1e-5, "valid sequence y")
+    assert_close(np.asarray(got.ssm)[2], np.asarray(want.ssm)[2], 1e-5, "valid sequence state")
+    bad = m.invalid_sequences(cfg, got, rows, 5)
+    assert np.asarray(bad).tolist() == [True, True, False, True]
+
+  @pytest.mark.parametrize("rows,match", [
+      ([0, 8], r"state_row\[1\]=8: expected 0 <= state_row < S=8"),
+      ([-1, 0], r"state_row\[0\]=-1: expected 0 <= state_row < S=8"),
+      ([0, 2 ** 32 + 3], r"state_row\[1\]=4294967299: expected an int32 value"),
+  ])
+  def test_host_invalid_state_row_raises_and_keeps_state(self, rows, match):
+    cfg = small_cfg()
+    p = m.random_params(cfg, 15)
+    state = random_state(cfg, 2)
+    before = copy_state(state)
+    xbc, dt = inputs(cfg, 2, 3)
+    with pytest.raises(ValueError, match=match):
+      m.verify(cfg, p, state, xbc, dt, np.array(rows), backend=self.backend)
+    for a, b in zip(state, before):          # not donated, not modified
+      assert_bitwise(a, b, "state after a rejected call")
+
+  def test_verify_checked_names_the_sequence(self):
+    cfg = small_cfg()
+    p = m.random_params(cfg, 16)
+    state = random_state(cfg, 3)
+    xbc, dt = inputs(cfg, 3, 2)
+    rows = jnp.asarray([0, 1, 9], jnp.int32)
+    y, state, err = m.verify_checked(cfg, p, state, xbc, dt, rows, backend=self.backend)
+    assert np.all(np.isnan(np.asarray(y)[2])) and not np.any(np.isnan(np.asarray(y)[:2]))
+    with pytest.raises(Exception, match="sequence 2: state_row=9"):
+      err.throw()
+    _, _, ok = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32),
+                                backend=self.backend)
+    assert ok.get() is None
+
+
+@pytest.mark.gpu
+class TestSnapshotCompiled(SnapshotChecks):
+  backend = "pallas"
+
+
+class TestSnapshotInterpret(SnapshotChecks):
+  backend = "interpret"

@@ -2,7 +2,9 @@
 
 JAX deprecated the Pallas Triton backend in 0.11.0 and will remove it; every `plt.*` use of the
 library lives here, so that a port (Mosaic GPU, or jax-triton with official Triton) edits this
-file only. Kernels call `pallas_call`, `barrier` and `dot` from here, nothing from plt.
+file only. Kernels launch through `pallas_call` (refs by name, aliases by name) and call
+`barrier`, `isolate` and `dot` from here, nothing from plt. The ahead-of-time lowering helpers
+(`lower_for_cuda`, `triton_kernels`) let tests and tools see the Triton IR on any machine.
 """
 
 from __future__ import annotations
@@ -18,30 +20,60 @@ from jax.experimental.pallas import triton as plt
 DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
 
 
-def pallas_call(kernel, *, grid, out_shape, input_output_aliases, num_warps, num_stages,
+def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_stages,
                 interpret, name):
-  """`pl.pallas_call` on the Triton lowering with explicit compiler parameters.
+  """Runs `kernel` as one `pl.pallas_call` on the Triton lowering, with refs passed by name.
 
   Every ref is a whole array (no BlockSpecs): the kernels index with `pl.ds` themselves,
   because the rows they touch depend on per-sequence data. The deprecation warning of the
   Triton backend is silenced here, once, rather than at every call site.
+
+  Args:
+    kernel: `kernel(**refs)`; it receives one keyword argument per array in `inputs` and per
+      shape in `outputs` (a name whose value is None is left out, so the kernel's default
+      for it applies).
+    inputs: {name: array or None}, in the kernel's argument order.
+    outputs: {name: jax.ShapeDtypeStruct or None}, in order, after the inputs.
+    aliases: {input name: output name}: the output is written in place of the input
+      (`input_output_aliases`, derived here from the names).
+    grid, num_warps, num_stages, interpret, name: launch parameters (`name` names the
+      kernel in profiles and in the Triton IR).
+
+  Returns:
+    {output name: array}.
   """
+  ins = {k: v for k, v in inputs.items() if v is not None}
+  outs = {k: v for k, v in outputs.items() if v is not None}
+  names = list(ins) + list(outs)
+  if len(set(names)) != len(names):
+    raise ValueError(f"{name}: a ref name is used twice: {names}")
+  in_index = {k: i for i, k in enumerate(ins)}
+  out_index = {k: i for i, k in enumerate(outs)}
   call = pl.pallas_call(
-      kernel,
+      lambda *refs: kernel(**dict(zip(names, refs))),
       grid=grid,
-      out_shape=out_shape,
-      input_output_aliases=input_output_aliases,
+      out_shape=tuple(outs.values()),
+      input_output_aliases=_aliases(aliases or {}, in_index, out_index, name),
       compiler_params=plt.CompilerParams(num_warps=num_warps, num_stages=num_stages),
       interpret=interpret,
       name=name,
   )
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", category=DeprecationWarning, message=DEPRECATION_MESSAGE)
+    results = call(*ins.values())
+  return dict(zip(outs, results))
 
-  def run(*args):
-    with warnings.catch_warnings():
-      warnings.filterwarnings("ignore", category=DeprecationWarning, message=DEPRECATION_MESSAGE)
-      return call(*args)
 
-  return run
+def _aliases(aliases, in_index, out_index, name):
+  """`input_output_aliases` from {input name: output name}; a pair whose input and output
+  are both absent is skipped."""
+  out = {}
+  for i, o in aliases.items():
+    if (i in in_index) != (o in out_index):
+      raise ValueError(f"{name}: alias {i} -> {o} with only one side present")
+    if i in in_index:
+      out[in_index[i]] = out_index[o]
+  return out
 
 
 def barrier(interpret: bool) -> None:
@@ -66,9 +98,9 @@ def isolate(x, interpret: bool):
   return lax.optimization_barrier(x) if interpret else x
 
 
-# Precision of every dot in the chunked prefill kernel: 3-pass TF32 on the tensor cores gives
+# Precision of every dot in the chunked prefill kernels: 3-pass TF32 on the tensor cores gives
 # about float32 accuracy (8e-6 max abs error on a [64,64]x[64,128] product on the H200, vs
-# 1e-2 for the TF32 default). See BUILD.md, "Prefill precision".
+# 1e-2 for the TF32 default). See docs/design.md, "Prefill precision".
 DOT_PRECISION = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
 
 
@@ -115,7 +147,7 @@ def triton_kernels(fn, *args, donate_argnums=()):
   """The Triton IR of every Pallas kernel in `jax.jit(fn)(*args)`, lowered for an H200.
 
   Returns {kernel name: (Triton IR text without debug info, num_warps, num_stages)}. Works on
-  any machine (see `lower_for_cuda`); `m2v_jax.sass` compiles the IR offline to SASS.
+  any machine (see `lower_for_cuda`); `tools/sass.py` compiles the IR offline to SASS.
   """
   import re
   from jax._src.pallas.triton import lowering

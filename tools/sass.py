@@ -8,8 +8,8 @@ Pallas kernels) and writes the TTGIR (layouts), PTX and SASS, with the registers
 XLA, so read the result as a close proxy: it showed the layout conversions, the selects and
 the register spills discussed in BENCHMARKS.md.
 
-    python -m m2v_jax.sass --mode=compact --rows=8 --out=/tmp/sass
-    python -m m2v_jax.sass --mode=snapshot --rows=4096 --chunked --out=/tmp/sass
+    python tools/sass.py --mode=compact --rows=8 --out=/tmp/sass
+    python tools/sass.py --mode=snapshot --rows=4096 --chunked --out=/tmp/sass
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from m2v_jax import _backend, config as config_lib, ops, params as params_lib, state as state_lib
+from m2v_jax import config as config_lib, dispatch, params as params_lib, state as state_lib
+from m2v_jax.kernels import backend
 
 FLAGS = flags.FLAGS
 
@@ -38,16 +39,16 @@ def _define_flags():
 
 
 def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16):
-  """`_backend.triton_kernels` of one verify / prefill call of `cfg`."""
+  """`backend.triton_kernels` of one verify / prefill call of `cfg`."""
   sds = jax.ShapeDtypeStruct
   args = (params_lib.random_params(cfg), state_lib.state_shapes(cfg, B, dtype),
           sds((B, R, cfg.conv_dim), dtype), sds((B, R, cfg.nheads), dtype), sds((B,), jnp.int32))
 
   def f(p, s, x, d, r):
-    return ops._call(p, s, x, d, r, None, None, None, cfg=cfg, backend=config_lib.PALLAS,
+    return dispatch.call(p, s, x, d, r, None, None, None, cfg=cfg, backend=config_lib.PALLAS,
                      chunked=chunked)
 
-  return _backend.triton_kernels(f, *args, donate_argnums=(1,))
+  return backend.triton_kernels(f, *args, donate_argnums=(1,))
 
 
 def compile_sm90(ttir_path, num_warps, num_stages):

@@ -30,7 +30,7 @@ The body:
       every chunk at once from its starting state (the first two lines), gated, into a
       buffer of the call's rows; a sequence that does not run gets its fill value (NaN:
       rejected, zero: padding).
-   The matmuls run on the tensor cores with 3-pass TF32 (`_backend.DOT_PRECISION`, about
+   The matmuls run on the tensor cores with 3-pass TF32 (`backend.DOT_PRECISION`, about
    float32 accuracy). The serial tail's y goes into the output's buffer in place (when the
    padded body reaches past the call's rows, the buffer has the padded body's rows and is
    cut to R at the end: one copy of y, and z is padded);
@@ -52,16 +52,13 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from m2v_jax import _backend
 from m2v_jax import config as config_lib
-from m2v_jax import reference
-from m2v_jax import rowmath
-from m2v_jax import verify_kernels
-from m2v_jax.state import CompactState, SnapshotState
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import rowmath
+from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
 
-MIN_ROWS = 64        # body rows from which `prefill` picks the chunked kernel by default
 # Chunk-parallel programs (chunk-states and output kernels) below which a program takes
 # fewer heads: about four per SM of an H200 (132 SMs). Measured for the chunk-local kernel
 # that preceded them (BENCHMARKS.md, runs 12 and 17-18: at Bolt, R=512, B=1, programs of 16
@@ -73,7 +70,7 @@ def supported(cfg: config_lib.Mamba2Config) -> bool:
   """Whether the compiled chunked scan takes this geometry: its dots need every dimension
   >= 16 (the smallest Triton dot), so headdim needs a power-of-two divisor >= 16 (its P
   tiles) and dstate >= 16 (a power of two, as for every kernel)."""
-  return config_lib.pow2_divisor(cfg.headdim, 64) >= 16 and cfg.dstate >= 16
+  return tiles_lib.pow2_divisor(cfg.headdim, 64) >= 16 and cfg.dstate >= 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +97,7 @@ class ChunkPlan:
   B: int
   has_z: bool
   y_dtype: jnp.dtype
-  tiles: config_lib.ChunkTiles
+  tiles: tiles_lib.ChunkTiles
   interpret: bool = False
 
   def __post_init__(self):
@@ -127,20 +124,20 @@ class ChunkPlan:
   @property
   def block_p(self) -> int:
     """P rows per state-passing program: the tiles' block_p, shrunk to divide headdim."""
-    return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
+    return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
   def local_block_p(self) -> int:
     """P rows per chunk-states and output program: the tiles' local_block_p, shrunk to
     divide headdim."""
-    return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.local_block_p)
+    return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.local_block_p)
 
   def _heads(self, wanted: int) -> int:
     """Heads per chunk-parallel program: `wanted`, shrunk to divide the heads of a group
     (a program's heads share its B or C rows and C·Bᵀ), then halved while the grid has
     fewer than `MIN_LOCAL_PROGRAMS` programs (short bodies: more, smaller programs keep
     the SMs busy)."""
-    nh = config_lib.pow2_divisor(self.cfg.heads_per_group, wanted)
+    nh = tiles_lib.pow2_divisor(self.cfg.heads_per_group, wanted)
     per_head = (self.cfg.headdim // self.local_block_p) * self.n_chunks * self.B
     while nh > 1 and self.cfg.nheads // nh * per_head < MIN_LOCAL_PROGRAMS:
       nh //= 2
@@ -166,7 +163,7 @@ class ChunkPlan:
   @property
   def conv_cols(self) -> int:
     """Channels per conv program: the tiles' conv_cols, shrunk to divide conv_dim."""
-    return config_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
+    return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
 
   @property
   def R(self) -> int:
@@ -207,7 +204,7 @@ def _for_heads(nh: int, head):
     lax.fori_loop(0, nh, head, 0)
 
 
-def _chunk_states_kernel(go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, *, plan: ChunkPlan):
+def _chunk_states_kernel(*, go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, plan: ChunkPlan):
   """Chunk states, grid (H / state_heads x P / local_block_p, chunks, B), every chunk at
   once: the chunk's own state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
   [B, chunks, H, P, N] f32, and its decay exp(acum_L) into `dec` [B, chunks, H] f32 (the
@@ -231,7 +228,7 @@ def _chunk_states_kernel(go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, *, p
       dtv = dtr_ref[b, rows, h]                                  # [L]
       acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
-      s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = _backend.dot(
+      s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = backend.dot(
           x * w_s[:, None], bm, trans_a=True, interpret=plan.interpret)
       dec_ref[b, c, h] = jnp.exp(acum_l)
       return carry
@@ -239,22 +236,22 @@ def _chunk_states_kernel(go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, *, p
     _for_heads(NH, head)
 
 
-def _chunk_pass_kernel(idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_in, ssm_out, st_ref, *,
-                       plan: ChunkPlan):
+def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ssm_out_ref,
+                       st_ref, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, B), chunks in order, elementwise (no matmul on
   the serial path): from the starting state, st = dec · st + s per chunk; each chunk's
   starting state into `st` [B, chunks, H, P, N] f32, the final state over the starting
   slot (snapshot) or base (compact). A sequence that does not run writes nothing."""
   cfg = plan.cfg
   BP = plan.block_p
-  compact = cfg.replay_mode == config_lib.COMPACT
+  compact = cfg.compact
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
 
   @pl.when(go_ref[b] > 0)
   def _run():
-    st = ssm_in[e, h, ps, :] if compact else ssm_in[e, slot_ref[b], h, ps, :]
+    st = ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]
 
     def chunk(c, st):
       own = s_ref[b, c, h, ps, :]
@@ -263,23 +260,19 @@ def _chunk_pass_kernel(idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_in, ssm_ou
 
     st = lax.fori_loop(0, plan.n_chunks, chunk, st)
     if compact:
-      ssm_out[e, h, ps, :] = st
+      ssm_out_ref[e, h, ps, :] = st
     else:
-      ssm_out[e, slot_ref[b], h, ps, :] = st
+      ssm_out_ref[e, slot_ref[b], h, ps, :] = st
 
 
-def _chunk_out_kernel(*refs, plan: ChunkPlan):
+def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref,
+                      d_ref, y_ref, plan: ChunkPlan):
   """Output, grid (H / out_heads x P / local_block_p, chunks, B), every chunk at once:
   (C Bᵀ ∘ decay ∘ dt) x + D x + exp(acum) C stᵀ (st: the chunk's starting state), gated,
   into y [B, y_rows, H*P] (rows of the padded body; the serial tail's rows are left). A
   sequence that does not run gets its `fill` [B] value (NaN: rejected, zero: padding, as
   `reference.finish_y` gives). C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L]
   f32); a program loops over `out_heads` heads of one group."""
-  refs = list(refs)
-  go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref = refs[:6]
-  del refs[:6]
-  z_ref = refs.pop(0) if plan.has_z else None
-  alog_ref, d_ref, y_ref = refs
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
@@ -287,7 +280,7 @@ def _chunk_out_kernel(*refs, plan: ChunkPlan):
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
   rows = pl.ds(c * L, L)
-  dot = lambda a, b_, **kw: _backend.dot(a, b_, interpret=plan.interpret, **kw)
+  dot = lambda a, b_, **kw: backend.dot(a, b_, interpret=plan.interpret, **kw)
 
   @pl.when(go_ref[b] > 0)
   def _run():
@@ -324,160 +317,66 @@ def _chunk_out_kernel(*refs, plan: ChunkPlan):
 
 def group_cb(cfg, xr, chunk: int, interpret: bool):
   """C·Bᵀ of every chunk and group: [B, chunks, G, L, L] float32 from the post-conv rows
-  `xr` [B, Rp, C], one batched matmul at the scan's precision (`_backend.precision`)."""
+  `xr` [B, Rp, C], one batched matmul at the scan's precision (`backend.precision`)."""
   Bsz, Rp, _ = xr.shape
   G, N, HP = cfg.ngroups, cfg.dstate, cfg.d_inner
   nc = Rp // chunk
   bm = xr[..., HP:HP + G * N].reshape(Bsz, nc, chunk, G, N)
   cm = xr[..., HP + G * N:HP + 2 * G * N].reshape(Bsz, nc, chunk, G, N)
-  return jnp.einsum("bctgn,bcsgn->bcgts", cm, bm, precision=_backend.precision(interpret),
+  return jnp.einsum("bctgn,bcsgn->bcgts", cm, bm, precision=backend.precision(interpret),
                     preferred_element_type=f32)
 
 
-def chunk_scan_call(plan: ChunkPlan):
-  """The chunked scan (all three kernels) as a function of arrays:
-  `(cache_indices, slot, go, fill, xr, dtr, [z], A_log, D, ssm) -> (ssm, y [B, y_rows, H*P])`.
+def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log, D, ssm):
+  """The chunked scan: the three kernels and `group_cb` between them.
 
-  go [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` [B] float32 value
-  and keeps its state. z, if any, has at least Rp rows. y's rows Rb.. are left for the
-  serial tail."""
-  cfg, t = plan.cfg, plan.tiles
-  H, P, N, E, S = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, cfg.capacity
-  nc = plan.n_chunks
-  compact = cfg.replay_mode == config_lib.COMPACT
-  sds = jax.ShapeDtypeStruct
-  ssm_shape = sds((E, H, P, N), f32) if compact else sds((E, S, H, P, N), f32)
-  tiles_p = P // plan.local_block_p
-  states = _backend.pallas_call(
-      lambda *refs: _chunk_states_kernel(*refs, plan=plan),
-      grid=(H // plan.state_heads * tiles_p, nc, plan.B),
-      out_shape=(sds((plan.B, nc, H, P, N), f32), sds((plan.B, nc, H), f32)),
-      input_output_aliases={}, num_warps=t.state_warps, num_stages=t.state_stages,
-      interpret=plan.interpret, name=f"m2v_chunk_states_{cfg.replay_mode}")
-  passing = _backend.pallas_call(
-      lambda *refs: _chunk_pass_kernel(*refs, plan=plan),
-      grid=(P // plan.block_p, H, plan.B),
-      out_shape=(ssm_shape, sds((plan.B, nc, H, P, N), f32)),
-      input_output_aliases={5: 0}, num_warps=t.num_warps, num_stages=t.num_stages,
-      interpret=plan.interpret, name=f"m2v_chunk_pass_{cfg.replay_mode}")
-  out = _backend.pallas_call(
-      lambda *refs: _chunk_out_kernel(*refs, plan=plan),
-      grid=(H // plan.out_heads * tiles_p, nc, plan.B),
-      out_shape=sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype),
-      input_output_aliases={}, num_warps=t.out_warps, num_stages=t.out_stages,
-      interpret=plan.interpret, name=f"m2v_chunk_out_{cfg.replay_mode}")
+  Args:
+    plan: the launch.
+    cache_indices, slot: [B] int32 pool entry and starting slot (snapshot) of each sequence.
+    go: [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` value and keeps
+      its state.
+    fill: [B] float32 y value of a sequence that does not run (NaN: rejected, 0: padding).
+    xr: [B, Rp, C] float32 post-conv body rows, zero-padded to whole chunks.
+    dtr: [B, Rp, H] float32 processed dt (padding rows 0).
+    z: optional [B, >= Rp, H*P] gate.
+    A_log, D: [H] float32.
+    ssm: the state pool's ssm leaf (snapshot [E, S, H, P, N], compact [E, H, P, N]); the
+      final state of each sequence goes over its starting slot or base, in place.
 
-  def run(idx, slot, go, fill, xr, dtr, *rest):
-    zs = rest[:1] if plan.has_z else ()
-    a_log, d, ssm = rest[len(zs):]
-    own, dec = states(go, xr, dtr, a_log)
-    ssm, starts = passing(idx, slot, go, dec, own, ssm)
-    cb = group_cb(cfg, xr, plan.chunk, plan.interpret)
-    return ssm, out(go, fill, xr, dtr, cb, starts, *zs, a_log, d)
-
-  return run
-
-
-def _conv_kernel(xbc_ref, head_ref, w_ref, bias_ref, post_ref, *, plan: ChunkPlan):
-  """Body conv, grid (Rp / conv_rows, C / conv_cols, B): post-conv rows [B, Rp, C] f32,
-  silu(sum_k w_k x[r - (K-1) + k] + bias) (`rowmath.conv_output`), where rows before the
-  body come from the conv state's K-1 rows (`head` [B, K-1, C]) and rows from Rb on (the
-  padding) are zero. Each tap's rows are a gather with row indices clamped into range (in
-  bounds compiled and in interpret mode alike), then a select between body and state."""
-  cfg = plan.cfg
-  K, BR, BC, Rb = cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.Rb
-  i, j, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  r = i * BR + lax.broadcasted_iota(jnp.int32, (BR,), 0)
-  cols = pl.ds(j * BC, BC)
-  taps = [w_ref[cols, k].astype(f32)[None, :] for k in range(K)]
-  bias = bias_ref[cols].astype(f32)[None, :]
-
-  def conv(first: bool):
-    window = []
-    for k in range(K):
-      src = r - (K - 1) + k                                      # body row of tap k
-      v = xbc_ref[b, jnp.clip(src, 0, Rb - 1), cols].astype(f32)           # [BR, BC]
-      if first:                                                  # rows before the body
-        hv = head_ref[b, jnp.clip(src + K - 1, 0, K - 2), cols].astype(f32)
-        v = jnp.where((src >= 0)[:, None], v, hv)
-      window.append(v)
-    out = rowmath.conv_output(taps, window, bias)
-    post_ref[b, pl.ds(i * BR, BR), cols] = jnp.where((r < Rb)[:, None], out, 0.0)
-
-  # Only the first block reaches before the body (conv_rows >= K-1 by the plan).
-  pl.when(i == 0)(lambda: conv(True))
-  pl.when(i > 0)(lambda: conv(False))
-
-
-def body_inputs(plan: ChunkPlan, params, conv0, xbc, dt):
-  """Post-conv rows [B, Rp, C] f32 and processed dt [B, Rp, H] f32 of the body (the first
-  plan.Rb rows of xbc [B, R, C] and dt [B, R, H]), zero-padded (padded rows: x = B = C = 0,
-  dt = 0), and the conv state after the body [B, C, K-1] f32. conv0 [B, C, K-1]: the conv
-  state before it. The conv is a Pallas kernel (`_conv_kernel`)."""
-  cfg, Rb, Rp = plan.cfg, plan.Rb, plan.Rp
-  C = cfg.conv_dim
-  head = jnp.swapaxes(conv0, 1, 2)                               # [B, K-1, C]
-  conv = _backend.pallas_call(
-      lambda *refs: _conv_kernel(*refs, plan=plan),
-      grid=(Rp // plan.conv_rows, C // plan.conv_cols, plan.B),
-      out_shape=jax.ShapeDtypeStruct((plan.B, Rp, C), f32), input_output_aliases={},
-      num_warps=plan.tiles.conv_warps, num_stages=1, interpret=plan.interpret,
-      name=f"m2v_chunk_conv_{cfg.replay_mode}")
-  post = conv(xbc, head, params.conv_weight, params.conv_bias)
-  dtp = rowmath.process_dt(dt[:, :Rb].astype(f32), params.dt_bias, cfg.dt_limit)
-  return (post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]),
-          reference.conv_state_after(cfg, conv0, xbc[:, :Rb]))
-
-
-def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                 kernel_call, fold_kernel,
-                 tiles: config_lib.ChunkTiles | None = None):
-  """A prefill call whose body runs through the chunked scan (see the module docstring).
-
-  `kernel_call` runs the serial kernels (ops._kernel_call); `fold_kernel` the compact pre-pass;
-  `tiles` overrides the chunk-tile table (`config.chunk_tile_config`).
+  Returns:
+    (ssm, y [B, y_rows, H*P] in the activation dtype). y's rows Rb.. are left for the serial
+    tail.
   """
-  B, R, _ = xbc.shape
-  cap = cfg.capacity
-  E = state.ssm.shape[0]
-  interpret = backend == config_lib.INTERPRET
-  compact = isinstance(state, CompactState)
-  tiles = tiles or config_lib.chunk_tile_config(cfg)
-  Rb = R - cap
-  if Rb <= 0:
-    raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")
-  safe, valid, pad = verify_kernels.entry_status(cfg, state, state_row, R, cache_indices)
-  if compact:
-    state = fold_kernel(cfg, backend, params, state, state_row, cache_indices)
-    conv0 = state.conv[safe]
-    tail_row = jnp.where(valid, 0, -1).astype(jnp.int32)
-  else:
-    slot = jnp.where(valid, state_row, 0)
-    conv0 = state.conv[safe, slot]
-    tail_row = state_row
-  has_z = z is not None
-  plan = ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=has_z, y_dtype=jnp.dtype(xbc.dtype),
-                   tiles=tiles, interpret=interpret)
-  Rp = plan.Rp
-  post, dtp, conv_end = body_inputs(plan, params, conv0, xbc, dt)
-  # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.
-  zb = [z if Rp <= R else jnp.pad(z, [(0, 0), (0, Rp - R), (0, 0)])] if has_z else []
-  fill = jnp.where(pad, 0.0, jnp.nan).astype(f32)            # y rows of a sequence not run
-  ssm, y = chunk_scan_call(plan)(
-      cache_indices, state_row, valid.astype(jnp.int32), fill, post, dtp, *zb, params.A_log,
-      params.D, state.ssm)
-  target = jnp.where(valid, cache_indices, E)              # invalid: dropped
-  if compact:
-    conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")
-    state = state._replace(ssm=ssm, conv=conv)
-  else:
-    conv = state.conv.at[target, jnp.where(valid, state_row, 0)].set(
-        conv_end.astype(state.conv.dtype), mode="drop")
-    state = SnapshotState(ssm=ssm, conv=conv)
-  tail = slice(Rb, R)
-  y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail], tail_row,
-                              None if z is None else z[:, tail], cache_indices,
-                              jnp.full((B,), cap, jnp.int32))
-  # The tail's y goes over rows Rb..R-1 of the body's y buffer (in place: no concatenation).
-  y = lax.dynamic_update_slice(y, y_tail, (0, Rb, 0))
-  return (y if plan.y_rows == R else y[:, :R]), state
+  cfg, t = plan.cfg, plan.tiles
+  H, P, N = cfg.nheads, cfg.headdim, cfg.dstate
+  nc = plan.n_chunks
+  sds = jax.ShapeDtypeStruct
+  tiles_p = P // plan.local_block_p
+  launch = lambda kernel, **kw: backend.pallas_call(
+      lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
+  own = launch(
+      _chunk_states_kernel,
+      inputs=dict(go_ref=go, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+      outputs=dict(s_ref=sds((plan.B, nc, H, P, N), f32), dec_ref=sds((plan.B, nc, H), f32)),
+      grid=(H // plan.state_heads * tiles_p, nc, plan.B),
+      num_warps=t.state_warps, num_stages=t.state_stages,
+      name=f"m2v_chunk_states_{cfg.replay_mode}")
+  passed = launch(
+      _chunk_pass_kernel,
+      inputs=dict(idx_ref=cache_indices, slot_ref=slot, go_ref=go, dec_ref=own["dec_ref"],
+                  s_ref=own["s_ref"], ssm_ref=ssm),
+      outputs=dict(ssm_out_ref=sds(ssm.shape, f32), st_ref=sds((plan.B, nc, H, P, N), f32)),
+      aliases=dict(ssm_ref="ssm_out_ref"),
+      grid=(P // plan.block_p, H, plan.B), num_warps=t.num_warps, num_stages=t.num_stages,
+      name=f"m2v_chunk_pass_{cfg.replay_mode}")
+  cb = group_cb(cfg, xr, plan.chunk, plan.interpret)
+  out = launch(
+      _chunk_out_kernel,
+      inputs=dict(go_ref=go, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
+                  st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
+                  d_ref=D),
+      outputs=dict(y_ref=sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype)),
+      grid=(H // plan.out_heads * tiles_p, nc, plan.B),
+      num_warps=t.out_warps, num_stages=t.out_stages,
+      name=f"m2v_chunk_out_{cfg.replay_mode}")
+  return passed["ssm_out_ref"], out["y_ref"]

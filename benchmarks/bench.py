@@ -34,10 +34,12 @@ from absl import app, flags
 from jax import lax
 
 from m2v_jax import config as config_lib
-from m2v_jax import ops
+from m2v_jax import dispatch
 from m2v_jax import params as params_lib
 from m2v_jax import reference
+from m2v_jax import reference_ssd
 from m2v_jax import state as state_lib
+from m2v_jax.kernels import tiles as tiles_lib
 
 MiB = 1 << 20
 
@@ -247,10 +249,10 @@ def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_ti
               else reference.compact_call)
       y, state = call(cfg, params, state, xbc, dt, rows, None, ci, nr)
     elif chunked:
-      y, state = ops._call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg,
+      y, state = dispatch.call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg,
                            backend=backend, chunked=True, chunk_tiles=chunk_tiles)
     else:
-      y, state = ops._kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr,
+      y, state = dispatch.kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr,
                                   tiles)
     return state, y
 
@@ -258,7 +260,7 @@ def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_ti
 
 
 def dense_ssd_fn(cfg, chunk=64, precision=None):
-  """`(state, ...) -> (state, y)`: the jax.numpy chunked SSD scan (`reference.ssd_chunked`, XLA einsums
+  """`(state, ...) -> (state, y)`: the jax.numpy chunked SSD scan (`reference_ssd.ssd_chunked`, XLA einsums
   with 3-pass TF32 on a GPU, float32 elsewhere) from slot 0 / the base, writing its final
   state back there."""
   if precision is None:
@@ -269,7 +271,7 @@ def dense_ssd_fn(cfg, chunk=64, precision=None):
     snap = isinstance(state, state_lib.SnapshotState)
     ssm0 = state.ssm[:, 0] if snap else state.ssm
     conv0 = state.conv[:, 0] if snap else state.conv
-    y, fin, conv = reference.ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, chunk=chunk,
+    y, fin, conv = reference_ssd.ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, chunk=chunk,
                                          precision=precision)
     y = y.astype(xbc.dtype)
     if snap:
@@ -392,7 +394,7 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
-  default = config_lib.tile_config(snap)
+  default = tiles_lib.tile_config(snap)
   shapes = [(16, 4), (4, 1), (8, 1), (2, 1), (8, 2), (16, 2), (32, 4)]
   variants = [default] + [dataclasses.replace(default, block_p=bp, num_warps=w)
                           for bp, w in shapes if (bp, w) != (default.block_p, default.num_warps)]
@@ -429,9 +431,9 @@ DEFAULT_CHUNK_VARIANTS = (
     "64:16:4:1:64:4:16:2:4:1:1:16:256:4", "64:16:4:1:64:4:16:2:4:1:1:32:128:4")
 
 
-def _chunk_tiles(text: str) -> config_lib.ChunkTiles:
+def _chunk_tiles(text: str) -> tiles_lib.ChunkTiles:
   """`config.ChunkTiles` from its fields joined by ":" (trailing fields default)."""
-  return config_lib.ChunkTiles(*map(int, text.split(":")))
+  return tiles_lib.ChunkTiles(*map(int, text.split(":")))
 
 
 def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS):
@@ -448,10 +450,10 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   params = params_lib.random_params(snap)
   shapes = [_chunk_tiles(v) for v in variants]
   variants = []        # the table's first; P tiles as the kernels shrink them, no duplicates
-  for tiles in [config_lib.chunk_tile_config(snap)] + shapes:
+  for tiles in [tiles_lib.chunk_tile_config(snap)] + shapes:
     tiles = dataclasses.replace(
-        tiles, block_p=config_lib.pow2_divisor(snap.headdim, tiles.block_p),
-        local_block_p=config_lib.pow2_divisor(snap.headdim, tiles.local_block_p))
+        tiles, block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.block_p),
+        local_block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.local_block_p))
     if tiles not in variants:
       variants.append(tiles)
   xbc, dt = _inputs(snap, 1, R, dtype)
@@ -462,13 +464,13 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   rows = jnp.zeros((1,), jnp.int32)
   rel = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)))
                            / jnp.max(jnp.abs(b.astype(jnp.float32))))
-  y_want, want = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
+  y_want, want = dispatch.call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
                            backend=_backend_name, chunked=False)
   cases, errs = [], {}
   for tiles in variants:
     name = f"chunked B=1 R={R} {_tiles_text(tiles)}"
     try:
-      y, got = ops._call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
+      y, got = dispatch.call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
                          backend=_backend_name, chunked=True, chunk_tiles=tiles)
       errs[name] = rel(got.ssm[0, -1], want.ssm[0, -1]), rel(y, y_want)
       c, _ = verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,

@@ -7,7 +7,7 @@ A call runs two kernels on the Triton lowering:
    runs the new rows through the causal conv, writes the conv snapshots (snapshot mode) or
    the new base conv state and window rows (compact mode) in place, and writes the post-conv
    activations of every row it ran to a float32 scratch `xr [B, RT, C]`. The extra program
-   per sequence processes dt (bias, softplus, clamp, decay) into `dtr`, `dAr [B, RT, H]`,
+   per sequence processes dt (bias, softplus, clamp, decay) into `dtr`, `dar [B, RT, H]`,
    updates the window's dt rows, and writes the sequence's status to `info [B]` (the number
    of rows to replay, or -1 if the call rejects the sequence). Ownership is disjoint, and
    each program reads what it owns before writing it, so the in-place updates have no races.
@@ -41,9 +41,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from m2v_jax import _backend
 from m2v_jax import config as config_lib
-from m2v_jax import rowmath
+from m2v_jax import status
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import rowmath
+from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
 
@@ -71,12 +73,12 @@ class Plan:
   has_z: bool
   y_dtype: jnp.dtype
   conv_dtype: jnp.dtype
-  tiles: config_lib.TileConfig
+  tiles: tiles_lib.TileConfig
   interpret: bool
 
   @property
   def compact(self) -> bool:
-    return self.cfg.replay_mode == config_lib.COMPACT
+    return self.cfg.compact
 
   @property
   def cap(self) -> int:
@@ -103,12 +105,12 @@ class Plan:
   @property
   def block_c(self) -> int:
     """Conv channels per prep program: the tile's block_c, shrunk to divide C."""
-    return config_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.block_c)
+    return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.block_c)
 
   @property
   def block_p(self) -> int:
     """P rows per SSM program: the tile's block_p, shrunk to divide P."""
-    return config_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
+    return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
   def unroll_new(self) -> bool:
@@ -207,69 +209,14 @@ def _sel(active, new, old):
   return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
 
 
-def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pending):
-  """Per-sequence validity, shared by both kernels and the op wrapper (scalars or arrays).
-
-  Args:
-    compact: mode.
-    cap: S or W.
-    E: pool entries.
-    R: rows in the call (0 for a fold).
-    entry: pool index (-1 = padding).
-    row: `state_row`.
-    n: `num_rows` (R when not given).
-    pending: the entry's pending-row count (compact; ignored in snapshot mode).
-
-  Returns:
-    (valid, pad, n_replay): valid = the call runs for this sequence; pad = padding entry;
-    n_replay = window rows to fold first (compact), clipped to [0, cap].
-  """
-  in_pool = (entry >= 0) & (entry < E)
-  if compact:
-    row_ok = jnp.where(pending > 0, (row >= 0) & (row < pending), row == 0)
-    n_replay = jnp.clip(jnp.where(pending > 0, row + 1, 0), 0, cap)
-  else:
-    row_ok = (row >= 0) & (row < cap)
-    n_replay = jnp.zeros_like(row)
-  n_ok = (n >= 1) & (n <= R) if R else (n == 0)
-  return in_pool & row_ok & n_ok, entry == -1, n_replay
-
-
-def safe_entry(entry, E: int):
-  """The pool entry to address: `entry` when it is in [0, E), else 0 (then only masked
-  work uses it)."""
-  return jnp.where((entry >= 0) & (entry < E), entry, 0)
-
-
-def entry_status(cfg: config_lib.Mamba2Config, state, state_row, R: int, cache_indices,
-                 num_rows=None):
-  """(safe entry [B], valid [B], padding [B]) of a call of R rows, computed on the device
-  with the kernels' rule (`sequence_status`)."""
-  B = state_row.shape[0]
-  ci, nr = index_defaults(B, R, cache_indices, num_rows)
-  E = state.ssm.shape[0]
-  safe = safe_entry(ci, E)
-  compact = cfg.replay_mode == config_lib.COMPACT
-  pending = state.pending[safe] if compact else jnp.zeros_like(ci)
-  valid, pad, _ = sequence_status(compact, cfg.capacity, E, R, ci,
-                                  jnp.asarray(state_row, jnp.int32), nr, pending)
-  return safe, valid, pad
-
-
-def index_defaults(B, R, cache_indices, num_rows):
-  """cache_indices (default arange(B)) and num_rows (default R) as int32 [B] arrays."""
-  ci = (jnp.arange(B, dtype=jnp.int32) if cache_indices is None
-        else jnp.asarray(cache_indices, jnp.int32))
-  nr = jnp.full((B,), R, jnp.int32) if num_rows is None else jnp.asarray(num_rows, jnp.int32)
-  return ci, nr
-
-
 def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
+  """(safe entry, state_row (0 if rejected), num_rows, valid, padding, rows to replay) of
+  sequence b, by `status.sequence_status`."""
   entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
-  safe = safe_entry(entry, plan.E)
+  safe = status.safe_entry(entry, plan.E)
   pending = pend_ref[safe] if plan.compact else jnp.int32(0)
-  valid, pad, n_replay = sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry, row, n,
-                                         pending)
+  valid, pad, n_replay = status.sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry,
+                                                row, n, pending)
   n = jnp.clip(n, 0, plan.R)
   row = jnp.where(valid, row, 0)
   return safe, row, n, valid, pad, n_replay
@@ -280,24 +227,32 @@ def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
 # ----------------------------------------------------------------------------------------------
 
 
-def _prep_kernel(*refs, plan: Plan):
+def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref=None, w_ref,
+                 cb_ref, dtb_ref, alog_ref, conv_ref, wx_ref=None, wdt_ref=None, conv_out_ref,
+                 wx_out_ref=None, wdt_out_ref=None, xr_ref, dtr_ref, dar_ref, info_ref,
+                 plan: Plan):
+  """Conv and dt of one sequence's rows, grid (C / block_c + 1, B).
+
+  Refs (E pool entries, B sequences, RT scratch rows, K1 = K-1):
+    idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
+    pend_ref        [E] int32             compact: pending window rows
+    xbc_ref         [B, R, C]             new rows, raw (absent in a fold)
+    dt_ref          [B, R, H]             their raw dt
+    w_ref           [C, K] f32            conv taps, oldest first
+    cb_ref [C], dtb_ref [H], alog_ref [H]   f32 conv bias, dt_bias, A_log
+    conv_ref        snapshot [E, S, C, K1], compact [E, C, K1]; aliased to conv_out_ref
+    wx_ref          compact [E, W, C]     window xBC; aliased to wx_out_ref
+    wdt_ref         compact [E, W, H] f32   window dt; aliased to wdt_out_ref
+  Outputs besides the aliased state:
+    xr_ref          [B, RT, C] f32        post-conv rows (replayed at 0..W-1 in compact)
+    dtr_ref, dar_ref  [B, RT, H] f32      processed dt and decay exp(dt A) of those rows
+    info_ref        [B] int32             rows to replay, or -1: the call rejects the sequence
+  """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
   BC = plan.block_c
   n_cblocks = C // BC
-  BH = config_lib.pow2_divisor(H, 128)
-  refs = list(refs)
-  idx_ref, row_ref, n_ref = refs[:3]
-  del refs[:3]
-  pend_ref = refs.pop(0) if plan.compact else None
-  if plan.R:
-    xbc_ref, dt_ref = refs.pop(0), refs.pop(0)
-  w_ref, cb_ref, dtb_ref, alog_ref = refs[:4]
-  del refs[:4]
-  if plan.compact:
-    conv_in, wx_in, wdt_in, conv_out, wx_out, wdt_out, xr_ref, dtr_ref, dar_ref, info_ref = refs
-  else:
-    conv_in, conv_out, xr_ref, dtr_ref, dar_ref, info_ref = refs
+  BH = tiles_lib.pow2_divisor(H, 128)
 
   pid, b = pl.program_id(0), pl.program_id(1)
   e, row, n, valid, _, n_rep = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref)
@@ -307,19 +262,19 @@ def _prep_kernel(*refs, plan: Plan):
 
   def store_conv_base(cs, win):
     for j in range(K1):
-      conv_out[e, cs, j] = win[j].astype(plan.conv_dtype)
+      conv_out_ref[e, cs, j] = win[j].astype(plan.conv_dtype)
 
   @pl.when(valid & (pid < n_cblocks))
   def _conv():
     cs = pl.ds(pid * BC, BC)
     taps = [w_ref[cs, k] for k in range(K1 + 1)]
     bias = cb_ref[cs]
-    load_rep = lambda j: wx_in[e, j, cs]
+    load_rep = lambda j: wx_ref[e, j, cs]
     load_new = lambda i: xbc_ref[b, i, cs]
     if plan.compact:
-      win = tuple(conv_in[e, cs, j].astype(f32) for j in range(K1))
+      win = tuple(conv_ref[e, cs, j].astype(f32) for j in range(K1))
     else:
-      win = tuple(conv_in[e, row, cs, j].astype(f32) for j in range(K1))
+      win = tuple(conv_ref[e, row, cs, j].astype(f32) for j in range(K1))
     ahead = _Lookahead(None)
     rep_in = _prefetch(0, plan.cap, load_rep, pre_rep, ahead)
     new_in = _prefetch(0, plan.R, load_new, pre_new, ahead)
@@ -333,7 +288,7 @@ def _prep_kernel(*refs, plan: Plan):
       win = _rows(0, plan.cap, n_rep, load_rep, replay, win, rep_in)
       if commit == 0:
         pl.when(n_rep > 0)(lambda: store_conv_base(cs, win))
-      _backend.barrier(plan.interpret)
+      backend.barrier(plan.interpret)
     if not plan.R:
       return
 
@@ -343,14 +298,14 @@ def _prep_kernel(*refs, plan: Plan):
       new_win = win[1:] + (v,)
       if plan.compact:
         def store_window():
-          wx_out[e, i - commit, cs] = raw.astype(wx_out.dtype)
+          wx_out_ref[e, i - commit, cs] = raw.astype(wx_out_ref.dtype)
         _kept(i, commit, active, store_window)
         if commit:
           pl.when(i == commit - 1)(lambda: store_conv_base(cs, new_win))
       else:
         def store_snapshot():
           for j in range(K1):
-            conv_out[e, i - first_kept, cs, j] = new_win[j].astype(plan.conv_dtype)
+            conv_out_ref[e, i - first_kept, cs, j] = new_win[j].astype(plan.conv_dtype)
         _kept(i, first_kept, active, store_snapshot)
       assert active is None or not (commit or first_kept)   # see `_rows` on carries
       return new_win
@@ -366,7 +321,7 @@ def _prep_kernel(*refs, plan: Plan):
       for hb in range(H // BH):
         hs = pl.ds(hb * BH, BH)
         bias, a_log = dtb_ref[hs], alog_ref[hs]
-        load_rep = lambda j: wdt_in[e, j, hs]
+        load_rep = lambda j: wdt_ref[e, j, hs]
         load_new = lambda i: dt_ref[b, i, hs].astype(f32)
         ahead = _Lookahead(None)
         rep_in = _prefetch(0, plan.cap, load_rep, pre_rep, ahead)
@@ -382,7 +337,7 @@ def _prep_kernel(*refs, plan: Plan):
             put(j, raw)
             return c
           _rows(0, plan.cap, n_rep, load_rep, replay, 0, rep_in)
-          _backend.barrier(plan.interpret)
+          backend.barrier(plan.interpret)
         if not plan.R:
           continue
 
@@ -390,42 +345,38 @@ def _prep_kernel(*refs, plan: Plan):
           put(off + i, raw)
           if plan.compact:
             def store_window():
-              wdt_out[e, i - commit, hs] = raw
+              wdt_out_ref[e, i - commit, hs] = raw
             _kept(i, commit, active, store_window)
           return c
 
         _rows(0, plan.R, n, load_new, new_row, 0, new_in)
 
 
-def prep_call(plan: Plan):
-  """The prep kernel as a function of arrays (see `_prep_kernel` for the argument order)."""
-  cfg = plan.cfg
-  C, H = cfg.conv_dim, cfg.nheads
-  n_cblocks = C // plan.block_c
-  n_scalar = 4 if plan.compact else 3
-  n_in = n_scalar + (2 if plan.R else 0) + 4
-  state_shapes = _prep_state_shapes(plan)
-  scratch = [jax.ShapeDtypeStruct((plan.B, plan.RT, C), f32),
-             jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32),
-             jax.ShapeDtypeStruct((plan.B, plan.RT, H), f32),
-             jax.ShapeDtypeStruct((plan.B,), jnp.int32)]
-  return _backend.pallas_call(
-      lambda *refs: _prep_kernel(*refs, plan=plan),
-      grid=(n_cblocks + 1, plan.B),
-      out_shape=tuple(state_shapes) + tuple(scratch),
-      input_output_aliases={n_in + i: i for i in range(len(state_shapes))},
-      num_warps=plan.tiles.prep_warps, num_stages=1, interpret=plan.interpret,
-      name=f"m2v_prep_{plan.cfg.replay_mode}_r{plan.R}")
-
-
-def _prep_state_shapes(plan):
+def prep(plan: Plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
+  """Runs the prep kernel. Returns its outputs by name (`_prep_kernel`)."""
   cfg = plan.cfg
   C, H, K1, E, cap = cfg.conv_dim, cfg.nheads, cfg.d_conv - 1, plan.E, plan.cap
   sds = jax.ShapeDtypeStruct
-  if plan.compact:
-    return [sds((E, C, K1), plan.conv_dtype), sds((E, cap, C), plan.y_dtype),
-            sds((E, cap, H), f32)]
-  return [sds((E, cap, C, K1), plan.conv_dtype)]
+  compact = plan.compact
+  conv_shape = (E, C, K1) if compact else (E, cap, C, K1)
+  return backend.pallas_call(
+      lambda **refs: _prep_kernel(**refs, plan=plan),
+      inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
+                  pend_ref=state.pending if compact else None,
+                  xbc_ref=xbc if plan.R else None, dt_ref=dt if plan.R else None,
+                  w_ref=params.conv_weight, cb_ref=params.conv_bias, dtb_ref=params.dt_bias,
+                  alog_ref=params.A_log, conv_ref=state.conv,
+                  wx_ref=state.win_xbc if compact else None,
+                  wdt_ref=state.win_dt if compact else None),
+      outputs=dict(conv_out_ref=sds(conv_shape, plan.conv_dtype),
+                   wx_out_ref=sds((E, cap, C), plan.y_dtype) if compact else None,
+                   wdt_out_ref=sds((E, cap, H), f32) if compact else None,
+                   xr_ref=sds((plan.B, plan.RT, C), f32), dtr_ref=sds((plan.B, plan.RT, H), f32),
+                   dar_ref=sds((plan.B, plan.RT, H), f32), info_ref=sds((plan.B,), jnp.int32)),
+      aliases=dict(conv_ref="conv_out_ref", wx_ref="wx_out_ref", wdt_ref="wdt_out_ref"),
+      grid=(C // plan.block_c + 1, plan.B),
+      num_warps=plan.tiles.prep_warps, num_stages=1, interpret=plan.interpret,
+      name=f"m2v_prep_{cfg.replay_mode}_r{plan.R}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -433,26 +384,31 @@ def _prep_state_shapes(plan):
 # ----------------------------------------------------------------------------------------------
 
 
-def _ssm_kernel(*refs, plan: Plan):
+def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, z_ref=None,
+                d_ref, ssm_ref, pend_ref=None, ssm_out_ref, pend_out_ref=None, y_ref=None,
+                plan: Plan):
+  """State update and y readout of one [block_p, N] state tile, grid (P / block_p, B, H).
+
+  Refs (E pool entries, B sequences, RT scratch rows):
+    idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
+    info_ref        [B] int32             from prep: rows to replay, or -1 (rejected)
+    xr_ref          [B, RT, C] f32        post-conv rows (from prep)
+    dtr_ref, dar_ref  [B, RT, H] f32      processed dt and decay (from prep)
+    z_ref           [B, R, H*P]           optional gate
+    d_ref           [H] f32               D
+    ssm_ref         snapshot [E, S, H, P, N] f32, compact [E, H, P, N] f32; aliased to
+                    ssm_out_ref
+    pend_ref        compact [E] int32     pending rows; aliased to pend_out_ref
+    y_ref           [B, R, H*P]           output y (absent in a fold)
+  """
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, GN = cfg.d_inner, G * N
   BP = plan.block_p
-  refs = list(refs)
-  idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref = refs[:7]
-  del refs[:7]
-  z_ref = refs.pop(0) if plan.has_z else None
-  d_ref, ssm_in = refs[:2]
-  del refs[:2]
-  pend_in = refs.pop(0) if plan.compact else None
-  ssm_out = refs.pop(0)
-  pend_out = refs.pop(0) if plan.compact else None
-  y_ref = refs.pop(0) if plan.R else None
-  del pend_in
 
   pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
-  e = safe_entry(entry, plan.E)
+  e = status.safe_entry(entry, plan.E)
   info = info_ref[b]                         # rows to replay, or -1: rejected (from prep)
   valid, pad, n_rep = info >= 0, entry == -1, jnp.maximum(info, 0)
   n = jnp.clip(n_ref[b], 0, plan.R)
@@ -475,14 +431,14 @@ def _ssm_kernel(*refs, plan: Plan):
     return rowmath.state_update(st, da, dtp * x, bv)
 
   def store_base(st):
-    ssm_out[e, h, ps, :] = st
+    ssm_out_ref[e, h, ps, :] = st
 
   @pl.when(valid)
   def _run():
     if plan.compact:
-      st = ssm_in[e, h, ps, :]
+      st = ssm_ref[e, h, ps, :]
     else:
-      st = ssm_in[e, row_ref[b], h, ps, :]
+      st = ssm_ref[e, row_ref[b], h, ps, :]
     ahead = _Lookahead(plan.tiles.prefetch)
     rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay, ahead)
     new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new, ahead)
@@ -496,14 +452,14 @@ def _ssm_kernel(*refs, plan: Plan):
 
       @pl.when((pid_p == 0) & (h == 0))
       def _():
-        pend_out[e] = n - commit
+        pend_out_ref[e] = n - commit
     if not plan.R:
       return
 
     def new_row(i, inputs, st, active):
       x, bv, dtp, da, cv, zv = inputs
       new_st = update(st, x, bv, dtp, da)
-      y = rowmath.readout(_backend.isolate(new_st, plan.interpret), cv, d_ref[h], x)
+      y = rowmath.readout(backend.isolate(new_st, plan.interpret), cv, d_ref[h], x)
       if plan.has_z:
         y = rowmath.gate(y, zv.astype(f32))
       y_ref[b, i, xcols] = _sel(active, y, jnp.zeros_like(y)).astype(y_ref.dtype)
@@ -512,7 +468,7 @@ def _ssm_kernel(*refs, plan: Plan):
           pl.when(i == commit - 1)(lambda: store_base(new_st))
       else:
         def store_snapshot():
-          ssm_out[e, i - first_kept, h, ps, :] = new_st
+          ssm_out_ref[e, i - first_kept, h, ps, :] = new_st
         _kept(i, first_kept, active, store_snapshot)
       assert active is None or not (commit or first_kept)   # see `_rows` on carries
       return new_st
@@ -539,42 +495,40 @@ def _ssm_kernel(*refs, plan: Plan):
       lax.fori_loop(0, plan.R, fill_row, 0)
 
 
-def ssm_call(plan: Plan):
-  """The SSM kernel as a function of arrays (see `_ssm_kernel` for the argument order)."""
+def ssm(plan: Plan, params, state, prepped, state_row, z, cache_indices, num_rows):
+  """Runs the SSM kernel on prep's outputs. Returns its outputs by name (`_ssm_kernel`)."""
   cfg = plan.cfg
   H, P, N, E, cap = cfg.nheads, cfg.headdim, cfg.dstate, plan.E, plan.cap
   sds = jax.ShapeDtypeStruct
-  outs = [sds((E, H, P, N), f32) if plan.compact else sds((E, cap, H, P, N), f32)]
-  n_in = 7 + (1 if plan.has_z else 0) + 1
-  aliases = {n_in: 0}
-  if plan.compact:
-    outs.append(sds((E,), jnp.int32))
-    aliases[n_in + 1] = 1
-  if plan.R:
-    outs.append(sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype))
-  return _backend.pallas_call(
-      lambda *refs: _ssm_kernel(*refs, plan=plan),
+  compact = plan.compact
+  return backend.pallas_call(
+      lambda **refs: _ssm_kernel(**refs, plan=plan),
+      inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
+                  info_ref=prepped["info_ref"], xr_ref=prepped["xr_ref"],
+                  dtr_ref=prepped["dtr_ref"], dar_ref=prepped["dar_ref"],
+                  z_ref=z if plan.has_z else None, d_ref=params.D, ssm_ref=state.ssm,
+                  pend_ref=state.pending if compact else None),
+      outputs=dict(ssm_out_ref=sds((E, H, P, N) if compact else (E, cap, H, P, N), f32),
+                   pend_out_ref=sds((E,), jnp.int32) if compact else None,
+                   y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
+      aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref"),
       grid=(P // plan.block_p, plan.B, H),
-      out_shape=tuple(outs),
-      input_output_aliases=aliases,
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
-      name=f"m2v_ssm_{plan.cfg.replay_mode}_r{plan.R}")
+      name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
 
 
 def run(plan: Plan, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
-  """Runs prep + ssm for one call. Returns (y, or None for a fold; the new state pytree)."""
-  scal = [cache_indices, state_row, num_rows]
-  inputs = [xbc, dt] if plan.R else []
-  wts = [params.conv_weight, params.conv_bias, params.dt_bias, params.A_log]
-  zin = [z] if plan.has_z else []
+  """Runs prep + ssm for one call (`plan.R` = 0: a compact fold, no new rows).
+
+  Returns (y [B, R, H*P] in the activation dtype, or None for a fold; the new state pytree).
+  """
+  prepped = prep(plan, params, state, xbc, dt, state_row, cache_indices, num_rows)
+  out = ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows)
   if plan.compact:
-    conv, wx, wdt, xr, dtr, dar, info = prep_call(plan)(*scal, state.pending, *inputs, *wts,
-                                                         state.conv, state.win_xbc, state.win_dt)
-    outs = ssm_call(plan)(*scal, info, xr, dtr, dar, *zin, params.D, state.ssm, state.pending)
-    new = type(state)(ssm=outs[0], conv=conv, win_xbc=wx, win_dt=wdt, pending=outs[1])
+    new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
+                      win_xbc=prepped["wx_out_ref"], win_dt=prepped["wdt_out_ref"],
+                      pending=out["pend_out_ref"])
   else:
-    conv, xr, dtr, dar, info = prep_call(plan)(*scal, *inputs, *wts, state.conv)
-    outs = ssm_call(plan)(*scal, info, xr, dtr, dar, *zin, params.D, state.ssm)
-    new = type(state)(ssm=outs[0], conv=conv)
-  return (outs[-1] if plan.R else None), new
+    new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"])
+  return out.get("y_ref"), new

@@ -1,0 +1,193 @@
+"""Host-side argument checks of the public ops: every message a rejected call raises.
+
+Everything here runs before any kernel, so a rejected call loses no state:
+- shapes, dtypes, group counts, R above a verify call's capacity, a state of the other mode:
+  ValueError / TypeError naming the argument, what was expected and what came;
+- `state_row`, `cache_indices` and `num_rows` given as host values (Python ints, lists,
+  NumPy arrays) and out of range: ValueError naming the sequence and the allowed range, by
+  the rule of `m2v_jax.status` (the kernels apply the same rule on the device to values only
+  known there).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from m2v_jax import config as config_lib
+from m2v_jax import params as params_lib
+from m2v_jax import state as state_lib
+from m2v_jax import status
+
+
+def describe(a) -> str:
+  """`dtype[shape]` of an array, for messages."""
+  return f"{jnp.dtype(a.dtype).name}{list(a.shape)}"
+
+
+def expect(name, a, shape, dtypes):
+  """Raises unless `a` is an array of `shape` and one of `dtypes`."""
+  if a is None:
+    raise ValueError(f"{name}: expected an array of shape {list(shape)}, got None")
+  if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+    raise TypeError(f"{name}: expected an array, got {type(a).__name__}")
+  if tuple(a.shape) != tuple(shape):
+    raise ValueError(f"{name}: expected shape {list(shape)}, got {list(a.shape)}")
+  dtypes = [jnp.dtype(d) for d in dtypes]
+  if jnp.dtype(a.dtype) not in dtypes:
+    raise TypeError(f"{name}: expected dtype {' or '.join(d.name for d in dtypes)}, "
+                    f"got {jnp.dtype(a.dtype).name}")
+
+
+def is_host(a) -> bool:
+  """Whether an index argument is a host value (checked here) rather than a device array
+  (checked by the kernels)."""
+  return isinstance(a, (int, np.integer, np.ndarray, list, tuple))
+
+
+def _host_int_array(name, a, B):
+  arr = np.asarray(a)
+  if arr.ndim == 0:
+    arr = np.full((B,), arr)
+  if not np.issubdtype(arr.dtype, np.integer):
+    raise TypeError(f"{name}: expected integers, got {arr.dtype}")
+  if arr.shape != (B,):
+    raise ValueError(f"{name}: expected shape [{B}], got {list(arr.shape)}")
+  info = np.iinfo(np.int32)
+  bad = np.flatnonzero((arr < info.min) | (arr > info.max))
+  if bad.size:
+    raise ValueError(f"{name}[{bad[0]}]={arr[bad[0]]}: expected an int32 value")
+  return arr.astype(np.int32)
+
+
+def config(cfg) -> None:
+  if not isinstance(cfg, config_lib.Mamba2Config):
+    raise TypeError(f"cfg: expected m2v_jax.Mamba2Config, got {type(cfg).__name__}")
+
+
+def params(cfg: config_lib.Mamba2Config, p) -> None:
+  """Raises ValueError/TypeError naming the first parameter whose shape or dtype is wrong."""
+  if not isinstance(p, params_lib.LayerParams):
+    raise TypeError(f"params: expected m2v_jax.LayerParams, got {type(p).__name__}")
+  for name, shape in zip(params_lib.LayerParams._fields, params_lib.param_shapes(cfg)):
+    a = getattr(p, name)
+    if tuple(a.shape) != shape:
+      raise ValueError(f"params.{name}: expected shape {list(shape)}, got {list(a.shape)}")
+    if a.dtype != jnp.float32:
+      raise TypeError(f"params.{name}: expected float32, got {a.dtype}")
+
+
+def backend(cfg: config_lib.Mamba2Config, name: str) -> None:
+  """The kernels need a power-of-two dstate (Triton blocks are powers of two)."""
+  if name != config_lib.REFERENCE and cfg.dstate & (cfg.dstate - 1):
+    raise ValueError(f"cfg.dstate: the Pallas kernels need a power of two, got {cfg.dstate} "
+                     f"(use backend='reference')")
+
+
+def state(cfg: config_lib.Mamba2Config, st, dtype) -> int:
+  """Checks a pool against `cfg` and the activation dtype; returns its entries E."""
+  expected_type = state_lib.state_type(cfg)
+  if not isinstance(st, expected_type):
+    raise TypeError(f"state: cfg.replay_mode={cfg.replay_mode!r} expects "
+                    f"{expected_type.__name__}, got {type(st).__name__}")
+  E = st.ssm.shape[0]
+  conv_dtypes = (jnp.float32, dtype)
+  shapes = state_lib.state_shapes(cfg, E, dtype, st.conv.dtype
+                                  if jnp.dtype(st.conv.dtype) in map(jnp.dtype, conv_dtypes)
+                                  else jnp.float32)
+  for name in type(st)._fields:
+    want = getattr(shapes, name)
+    dts = conv_dtypes if name == "conv" else (want.dtype,)
+    expect(f"state.{name}", getattr(st, name), want.shape, dts)
+  return E
+
+
+def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: bool):
+  """Every check of a verify or prefill call: static ones, then host-value ranges.
+
+  Returns (state_row, cache_indices, num_rows), host values as int32 NumPy arrays.
+  """
+  config(cfg)
+  params(cfg, p)
+  if not hasattr(xbc, "ndim") or xbc.ndim != 3:
+    raise ValueError(f"xbc: expected a [B, R, conv_dim={cfg.conv_dim}] array, got "
+                     f"{describe(xbc) if hasattr(xbc, 'shape') else type(xbc).__name__}")
+  B, R, _ = xbc.shape
+  if R < 1:
+    raise ValueError(f"xbc: expected at least one row, got R={R}")
+  expect("xbc", xbc, (B, R, cfg.conv_dim), state_lib.ACTIVATION_DTYPES)
+  expect("dt", dt, (B, R, cfg.nheads), state_lib.ACTIVATION_DTYPES)
+  if z is not None:
+    expect("z", z, (B, R, cfg.d_inner), (xbc.dtype,))
+  if verify and R > cfg.capacity:
+    raise ValueError(f"xbc: a verify call takes at most capacity={cfg.capacity} rows, got R={R} "
+                     f"(use m2v_jax.prefill for longer chunks)")
+  E = state(cfg, st, xbc.dtype)
+  cache_indices = entries(cache_indices, B, E)
+  if num_rows is not None:
+    if R > cfg.capacity:
+      raise ValueError(f"num_rows: only for calls of R <= capacity={cfg.capacity} rows, got R={R}")
+    if is_host(num_rows):
+      nr = _host_int_array("num_rows", num_rows, B)
+      bad = np.flatnonzero((nr < 1) | (nr > R))
+      if bad.size:
+        raise ValueError(f"num_rows[{bad[0]}]={nr[bad[0]]}: expected 1 <= num_rows <= R={R}")
+      num_rows = nr
+    else:
+      expect("num_rows", num_rows, (B,), (jnp.int32,))
+  state_row = state_rows(cfg, st, state_row, B, cache_indices)
+  return state_row, cache_indices, num_rows
+
+
+def entries(cache_indices, B, E):
+  """Checks `cache_indices` [B] (None: arange(B), which needs E == B); host values in
+  [-1, E) and no live entry twice. Returns it (host values as int32 NumPy)."""
+  if cache_indices is None:
+    if E != B:
+      raise ValueError(f"cache_indices: required when the pool has {E} entries for a batch of {B}")
+    return None
+  if not is_host(cache_indices):
+    expect("cache_indices", cache_indices, (B,), (jnp.int32,))
+    return cache_indices
+  ci = _host_int_array("cache_indices", cache_indices, B)
+  bad = np.flatnonzero((ci < -1) | (ci >= E))
+  if bad.size:
+    raise ValueError(f"cache_indices[{bad[0]}]={ci[bad[0]]}: expected -1 (padding) or "
+                     f"0 <= index < {E}")
+  if np.any(status.repeated_entries(ci, xp=np)):
+    raise ValueError(f"cache_indices: an entry appears twice in one call: {ci.tolist()}")
+  return ci
+
+
+def state_rows(cfg, st, state_row, B, cache_indices):
+  """Checks `state_row` [B]: a device array by shape and dtype; host values by
+  `status.row_ok` for every live sequence. In compact mode the exact rule needs the pending
+  counts, read from the device when `cache_indices` is known on the host. Returns it (host
+  values as int32 NumPy)."""
+  if not is_host(state_row):
+    expect("state_row", state_row, (B,), (jnp.int32,))
+    return state_row
+  rows = _host_int_array("state_row", state_row, B)
+  host_entries = cache_indices is None or is_host(cache_indices)
+  entries = np.arange(B) if cache_indices is None else (
+      np.asarray(cache_indices) if host_entries else np.zeros(B, np.int32))
+  live = entries >= 0
+  exact = cfg.compact and host_entries and not isinstance(st.pending, jax.core.Tracer)
+  if exact:
+    pending = np.asarray(st.pending)[np.maximum(entries, 0)]
+    ok = status.row_ok(True, cfg.capacity, rows, pending, xp=np)
+  else:
+    ok = status.row_ok(False, cfg.capacity, rows, None, xp=np)
+  bad = np.flatnonzero(live & ~ok)
+  if bad.size:
+    b = int(bad[0])
+    r = rows[b]
+    if not exact:
+      which = "W" if cfg.compact else "S"
+      raise ValueError(f"state_row[{b}]={r}: expected 0 <= state_row < {which}={cfg.capacity}")
+    if pending[b] > 0:
+      raise ValueError(f"state_row[{b}]={r}: expected 0 <= state_row < {pending[b]} "
+                       f"(the rows pending for that sequence)")
+    raise ValueError(f"state_row[{b}]={r}: expected 0 (nothing is pending for that sequence)")
+  return rows

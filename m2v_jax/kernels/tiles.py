@@ -1,0 +1,144 @@
+"""Launch parameters of the kernels, keyed by layer geometry.
+
+Tiles are picked by hand from measurements on the H200 (BENCHMARKS.md, "Tiles") and never
+autotuned at run time: every launch updates the state in place, so a tuning run would change
+it. A geometry missing from a table gets a heuristic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from m2v_jax import config as config_lib
+
+
+def pow2_divisor(n: int, cap: int) -> int:
+  """Largest power of two that divides n and is <= cap."""
+  d = 1
+  while d * 2 <= cap and n % (d * 2) == 0:
+    d *= 2
+  return d
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+  """Launch parameters of the serial (verify) kernels (`kernels.verify`).
+
+  Attributes:
+    block_p: rows of P one SSM program owns (a [block_p, N] f32 state tile in registers).
+    num_warps: warps per SSM program. (block_p, num_warps) fixes the reduction order of the
+      y readout, so every kernel whose y must match another's uses the same pair.
+    num_stages: software-pipelining depth of the SSM program.
+    block_c: conv channels one prep program owns.
+    prep_warps: warps per prep program.
+    unroll: emit verify-sized row loops unrolled with predication (loads issue ahead of
+      the stores of earlier rows) rather than as `fori_loop`s; see `kernels.verify`.
+    prefetch: rows the SSM kernel loads ahead of the row it computes (None: all rows up
+      front). Each prefetched row holds its x, B and C slices in registers.
+  """
+
+  block_p: int
+  num_warps: int
+  num_stages: int = 1
+  block_c: int = 128
+  prep_warps: int = 4
+  unroll: bool = True
+  prefetch: int | None = 4
+
+
+# (block_p, num_warps) by (nheads, headdim, dstate).
+_TILE_TABLE: dict[tuple[int, int, int], tuple[int, int]] = {
+    # Bolt: no (block_p, num_warps), prefetch depth or prep blocking was faster by 2% in
+    # either mode at B=1 or B=32.
+    (128, 64, 128): (16, 4),
+}
+
+
+def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
+  """The verify tiles for `cfg`'s geometry: a measured table entry, else a heuristic (the
+  largest power-of-two P tile up to 16 that divides headdim; 4 warps for tiles of at least
+  1024 elements, else 1)."""
+  key = (cfg.nheads, cfg.headdim, cfg.dstate)
+  if key in _TILE_TABLE:
+    block_p, warps = _TILE_TABLE[key]
+  else:
+    block_p = pow2_divisor(cfg.headdim, 16)
+    warps = 4 if block_p * cfg.dstate >= 1024 else 1
+  return TileConfig(block_p=block_p, num_warps=warps)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkTiles:
+  """Launch parameters of the chunked-prefill kernels (`kernels.chunk_conv`,
+  `kernels.chunk_scan`: the chunk-states, state-passing and output kernels).
+
+  Attributes:
+    chunk: rows per chunk (L; a power of two, >= 16 compiled: the smallest Triton dot).
+    block_p: P rows per program of the state-passing kernel (a power of two; it has no dot;
+      shrunk to divide headdim).
+    num_warps: warps per program of the state-passing kernel.
+    num_stages: software-pipelining depth of its loop over chunks.
+    local_block_p: P rows per program of the chunk-states and output kernels (a power of two,
+      >= 16 compiled; shrunk to divide headdim).
+    state_warps: warps per program of the chunk-states kernel.
+    state_heads: heads per chunk-states program (a power of two; shrunk to divide the heads
+      per group, then halved while the grid would have fewer than
+      `chunk_scan.MIN_LOCAL_PROGRAMS` programs): the group's B rows are loaded once for all
+      of them.
+    state_stages: software-pipelining depth of the chunk-states kernel's loop over its heads.
+    out_warps, out_heads, out_stages: the same for the output kernel (its heads share the
+      group's C rows and C·Bᵀ).
+    conv_rows, conv_cols, conv_warps: rows and channels per program of the body's conv
+      kernel, and its warps (powers of two). The kernel raises conv_rows to at least K-1
+      (a power of two: only its first block reads the conv state's rows) and lowers it to
+      at most the chunk; it shrinks conv_cols to divide conv_dim.
+
+  Raises:
+    ValueError: a field that must be a power of two and is not, or a stage count below 1.
+  """
+
+  chunk: int = 64
+  block_p: int = 16
+  num_warps: int = 4
+  num_stages: int = 1
+  local_block_p: int = 64
+  state_warps: int = 4
+  state_heads: int = 1
+  state_stages: int = 1
+  out_warps: int = 4
+  out_heads: int = 1
+  out_stages: int = 1
+  conv_rows: int = 32
+  conv_cols: int = 256
+  conv_warps: int = 4
+
+  def __post_init__(self):
+    for name in ("num_stages", "state_stages", "out_stages"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
+    for name in ("chunk", "block_p", "num_warps", "local_block_p", "state_warps",
+                 "state_heads", "out_warps", "out_heads", "conv_rows", "conv_cols",
+                 "conv_warps"):
+      v = getattr(self, name)
+      if v < 1 or v & (v - 1):
+        raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
+
+
+_BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
+                               local_block_p=64, state_warps=4, state_heads=16,
+                               state_stages=2, out_warps=4, out_heads=1, out_stages=1)
+
+# ChunkTiles by (nheads, headdim, dstate).
+_CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
+    # Bolt: the fastest of the chunk sweep at R=4096; 64-row chunks, since 128-row chunks
+    # spill registers in the chunk-parallel kernels.
+    (128, 64, 128): _BOLT_CHUNK_TILES,
+    # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
+    (64, 64, 128): _BOLT_CHUNK_TILES,
+}
+
+
+def chunk_tile_config(cfg: config_lib.Mamba2Config) -> ChunkTiles:
+  """The chunked-prefill tiles for `cfg`'s geometry: a measured table entry, else the
+  defaults. (The kernels shrink block_p to divide headdim.)"""
+  return _CHUNK_TILE_TABLE.get((cfg.nheads, cfg.headdim, cfg.dstate), ChunkTiles())

@@ -1,0 +1,95 @@
+"""Which sequences a call runs: the one validity rule for `state_row`, `cache_indices` and
+`num_rows`.
+
+The kernels (on the device), the jax.numpy reference, the host-side argument checks
+(`checks`) and the checked op (`ops.verify_checked`) all call these functions, so a
+sequence is accepted or rejected by the same rule everywhere. The functions take an array
+module (`xp`: `jax.numpy`, or `numpy` on the host) and work on scalars inside a kernel as
+well as on [B] arrays.
+
+The rule, for a sequence whose pool entry is `entry` in a call of R rows:
+- `entry` is -1 (padding: nothing is read or written, y = 0) or in [0, E);
+- snapshot: 0 <= state_row < S; compact: 0 <= state_row < pending when rows are pending,
+  else state_row == 0;
+- 1 <= num_rows <= R (a fold, R = 0, runs no new rows: num_rows == 0).
+A sequence that breaks it is rejected: its entry is left exactly as it was and its y is NaN.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def row_ok(compact: bool, cap: int, row, pending, xp=jnp):
+  """Whether `state_row` is valid: snapshot `0 <= row < cap` (S); compact
+  `0 <= row < pending` when rows are pending, else `row == 0`."""
+  if compact:
+    return xp.where(pending > 0, (row >= 0) & (row < pending), row == 0)
+  return (row >= 0) & (row < cap)
+
+
+def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pending, xp=jnp):
+  """Per-sequence validity (scalars or arrays).
+
+  Args:
+    compact: mode.
+    cap: S or W.
+    E: pool entries.
+    R: rows in the call (0 for a fold).
+    entry: pool index (-1 = padding).
+    row: `state_row`.
+    n: `num_rows` (R when not given).
+    pending: the entry's pending-row count (compact; ignored in snapshot mode).
+    xp: array module.
+
+  Returns:
+    (valid, pad, n_replay): valid = the call runs for this sequence; pad = padding entry;
+    n_replay = window rows to fold first (compact), clipped to [0, cap].
+  """
+  in_pool = (entry >= 0) & (entry < E)
+  if compact:
+    row_valid = row_ok(compact, cap, row, pending, xp)
+    n_replay = xp.clip(xp.where(pending > 0, row + 1, 0), 0, cap)
+  else:
+    row_valid = row_ok(compact, cap, row, pending, xp)
+    n_replay = xp.zeros_like(row)
+  n_ok = (n >= 1) & (n <= R) if R else (n == 0)
+  return in_pool & row_valid & n_ok, entry == -1, n_replay
+
+
+def safe_entry(entry, E: int):
+  """The pool entry to address: `entry` when it is in [0, E), else 0 (then only masked
+  work uses it)."""
+  return jnp.where((entry >= 0) & (entry < E), entry, 0)
+
+
+def index_defaults(B, R, cache_indices, num_rows):
+  """cache_indices (default arange(B)) and num_rows (default R) as int32 [B] arrays."""
+  ci = (jnp.arange(B, dtype=jnp.int32) if cache_indices is None
+        else jnp.asarray(cache_indices, jnp.int32))
+  nr = jnp.full((B,), R, jnp.int32) if num_rows is None else jnp.asarray(num_rows, jnp.int32)
+  return ci, nr
+
+
+def entry_status(cfg, state, state_row, R: int, cache_indices, num_rows=None):
+  """(safe entry [B], valid [B], padding [B]) of a call of R rows, on the device, by
+  `sequence_status`."""
+  B = state_row.shape[0]
+  ci, nr = index_defaults(B, R, cache_indices, num_rows)
+  E = state.ssm.shape[0]
+  safe = safe_entry(ci, E)
+  pending = state.pending[safe] if cfg.compact else jnp.zeros_like(ci)
+  valid, pad, _ = sequence_status(cfg.compact, cfg.capacity, E, R, ci,
+                                  jnp.asarray(state_row, jnp.int32), nr, pending)
+  return safe, valid, pad
+
+
+def repeated_entries(cache_indices, xp=jnp):
+  """[B] bool: a live entry (>= 0) that an earlier sequence of the same call also addresses.
+  Two sequences of one call must not share an entry (their writes would race)."""
+  ci = cache_indices
+  B = ci.shape[0]
+  earlier = xp.arange(B)[None, :] < xp.arange(B)[:, None]
+  same = ci[:, None] == ci[None, :]
+  return (ci >= 0) & xp.any(same & earlier, axis=1)
