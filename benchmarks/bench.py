@@ -82,29 +82,30 @@ def ssd_flops(cfg: config_lib.Mamba2Config, B: int, R: int, chunk: int = 64) -> 
 
 
 def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
-               conv_dtype=None, has_z: bool = False) -> int:
+               conv_dtype=None, has_z: bool = False, num_rows=None) -> int:
   """Compulsory bytes of one call in `cfg.replay_mode` (see the module docstring).
 
-  Snapshot: read the start state (ssm + conv), write min(R, S) snapshots. Compact: read and
-  write the base (ssm + conv) and read the `state_row + 1` replayed window rows, write the R
-  new window rows. Both: inputs (xBC, dt, z) read once, y written once, parameters read once.
-  `state_row` is one int for every sequence or one per sequence.
+  Snapshot: read the start state (ssm + conv), write min(n, S) snapshots. Compact: read and
+  write the base (ssm + conv) and read the `state_row + 1` replayed window rows, write the n
+  new window rows. Both: the n rows' inputs (xBC, dt, z) read once, their y written once,
+  parameters read once. `state_row` and `num_rows` (n, default R) are one int for every
+  sequence or one per sequence.
   """
   replayed = int(np.sum(np.broadcast_to(np.asarray(state_row) + 1, (B,))))
+  rows = np.broadcast_to(np.asarray(R if num_rows is None else num_rows), (B,))
   params = 4 * (cfg.conv_dim * (cfg.d_conv + 1) + 3 * cfg.nheads)
   ab = jnp.dtype(dtype).itemsize
   cb = jnp.dtype(conv_dtype or dtype).itemsize
   H, P, N, C, K1 = cfg.nheads, cfg.headdim, cfg.dstate, cfg.conv_dim, cfg.d_conv - 1
   ssm = 4 * H * P * N
   conv = C * K1 * cb
-  inputs = R * (C * ab + H * ab + (cfg.d_inner * ab if has_z else 0))
-  y = R * cfg.d_inner * ab
-  if cfg.replay_mode == config_lib.SNAPSHOT:
-    per_seq = (ssm + conv) * (1 + min(R, cfg.capacity)) + inputs + y
-    return B * per_seq + params
+  row_io = C * ab + H * ab + (cfg.d_inner * ab if has_z else 0) + cfg.d_inner * ab
+  kept = int(np.sum(np.minimum(rows, cfg.capacity)))
+  io = int(np.sum(rows)) * row_io
+  if not cfg.compact:
+    return B * (ssm + conv) + kept * (ssm + conv) + io + params
   win_row = C * ab + H * 4
-  per_seq = 2 * (ssm + conv) + min(R, cfg.capacity) * win_row + inputs + y + 8
-  return B * per_seq + replayed * win_row + params
+  return B * (2 * (ssm + conv) + 8) + kept * win_row + io + replayed * win_row + params
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,24 +127,24 @@ class Case:
 
 
 def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None,
-              min_calls=16, args=()):
-  """Builds a Case: `fn(state, *args) -> (state, y)` is the op.
+              min_calls=16, args=(), rounds=None):
+  """Builds a Case: `fn(state, *args, call=(round, bank)) -> (state, y)` is the op.
 
-  One step runs the op over all `banks` state sets, `rounds` times, so that a dispatch holds
-  at least `min_calls` calls and the host's dispatch cost stays below the device time. The
-  inputs `args` are arguments of the step, not constants folded into it. Every call's y is
-  an output of the step (dropped by the host), so XLA computes all of it: a y that nothing
-  used would let XLA drop the work that only feeds y.
+  One step runs the op over all `banks` state sets, `rounds` times (default: enough that a
+  dispatch holds at least `min_calls` calls, so the host's dispatch cost stays below the
+  device time). The inputs `args` are arguments of the step, not constants folded into it.
+  Every call's y is an output of the step (dropped by the host), so XLA computes all of it:
+  a y that nothing used would let XLA drop the work that only feeds y.
   """
   states = tuple(make_state() for _ in range(banks))
   if warm_fn is not None:
     states = tuple(warm_fn(s) for s in states)
-  rounds = -(-min_calls // banks)
+  rounds = rounds or -(-min_calls // banks)
 
   def many(ss, a):
     ys = []
-    for _ in range(rounds):
-      out = [fn(s, *a) for s in ss]
+    for r in range(rounds):
+      out = [fn(s, *a, call=(r, j)) for j, s in enumerate(ss)]
       ss = tuple(o[0] for o in out)
       ys.extend(o[1] for o in out)
     return ss, ys
@@ -243,7 +244,8 @@ def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_ti
   ci = jnp.arange(B, dtype=jnp.int32)
   nr = jnp.full((B,), R, jnp.int32)
 
-  def fn(state, params, xbc, dt):
+  def fn(state, params, xbc, dt, call=None):
+    del call
     if backend == config_lib.REFERENCE:
       call = (reference.snapshot_call if cfg.replay_mode == config_lib.SNAPSHOT
               else reference.compact_call)
@@ -267,7 +269,8 @@ def dense_ssd_fn(cfg, chunk=64, precision=None):
     precision = (lax.DotAlgorithmPreset.TF32_TF32_F32_X3 if jax.default_backend() == "gpu"
                  else lax.Precision.HIGHEST)
 
-  def fn(state, params, xbc, dt):
+  def fn(state, params, xbc, dt, call=None):
+    del call
     snap = isinstance(state, state_lib.SnapshotState)
     ssm0 = state.ssm[:, 0] if snap else state.ssm
     conv0 = state.conv[:, 0] if snap else state.conv
@@ -308,7 +311,7 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
     warm = lambda s: warm_call(s, params, wx, wd)[0]
     if not pending:
       inner = fn
-      fn = lambda s, *a: inner(s._replace(pending=jnp.zeros_like(s.pending)), *a)
+      fn = lambda s, *a, call=None: inner(s._replace(pending=jnp.zeros_like(s.pending)), *a)
   rows = np.unique(np.asarray(state_row))
   row_txt = str(rows[0]) if len(rows) == 1 else "mixed"
   kind = "dense-ssd" if dense else ("chunked" if chunked else backend)
@@ -374,19 +377,99 @@ def suite_batch(bw, banks, blocks, dtype, batches=(1, 8, 32, 128)):
   return rows_out
 
 
+# Per-draft acceptance probability of the decode-loop suites: a draft is accepted with this
+# probability while every earlier one was, so the accepted drafts of an R=8 call (at most 7)
+# average about 2.9: the realistic mix of speculative decoding with a good drafter.
+ACCEPT_PROB = 0.78
+
+
+def acceptance_table(rng, rounds, banks, B, R, vary_rows=False, p=ACCEPT_PROB):
+  """`state_row` and `num_rows` [rounds, banks, B] int32 of a decode loop: call (r, j) runs on
+  state set j after its call (r - 1, j) (cyclically: round 0 follows the last round of the
+  previous step). num_rows is R, or with `vary_rows` drawn uniformly from 1..R (drafts per
+  call vary); state_row is the accepted drafts (a geometric draw with probability `p`),
+  below the previous call's num_rows so that it is valid in both modes."""
+  nrows = (rng.integers(1, R + 1, (rounds, banks, B)) if vary_rows
+           else np.full((rounds, banks, B), R))
+  accepted = np.minimum(rng.geometric(1 - p, (rounds, banks, B)) - 1, R - 1)
+  prev = np.roll(nrows, 1, axis=0)
+  return (np.minimum(accepted, prev - 1).astype(np.int32), nrows.astype(np.int32))
+
+
+def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=16):
+  """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
+  `acceptance_table`, a new draw for every call of a step; nbytes is the mean compulsory
+  bytes of its calls."""
+  rounds = -(-min_calls // banks)
+  rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
+  xbc, dt = _inputs(cfg, B, R, dtype)
+  ci = jnp.arange(B, dtype=jnp.int32)
+
+  def fn(state, params, xbc, dt, rows, nrows, call):
+    r, j = call
+    y, state = dispatch.kernel_call(cfg, _backend_name, params, state, xbc, dt, rows[r, j],
+                                    None, ci, nrows[r, j])
+    return state, y
+
+  warm = None
+  if cfg.compact:
+    warm_call = jax.jit(verify_fn(cfg, B, R, 0, config_lib.REFERENCE), donate_argnums=0)
+    wx, wd = _inputs(cfg, B, R, dtype, seed=1)
+    warm = lambda s: warm_call(s, params, wx, wd)[0]
+  nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j])
+                          for r in range(rounds) for j in range(banks)]))
+  name = (f"{cfg.replay_mode} B={B} R={R} row=accept" + (" num_rows=accept" if vary_rows else "")
+          + f" {_backend_name}")
+  return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
+                   nbytes=nbytes, warm_fn=warm, rounds=rounds,
+                   args=(params, xbc, dt, jnp.asarray(rows), jnp.asarray(nrows)))
+
+
+def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(32,)):
+  """Both modes at R=8 as a decode loop runs them: every call draws its `state_row` from
+  the acceptance mix (`ACCEPT_PROB`), amortized time per call; at `vary_batches`, also with
+  `num_rows` varying from call to call. Ratio: snapshot time over compact time."""
+  rows_out = []
+  snap = _geom
+  comp = snap.replace(replay_mode=config_lib.COMPACT)
+  params = params_lib.random_params(snap)
+  for B in batches:
+    for vary in (False, True) if B in vary_batches else (False,):
+      nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
+      cases = [loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B)
+               for cfg in (snap, comp)]
+      t = time_cases(cases, blocks)
+      rows_out.append(_row(cases[0], t[cases[0].name], bw))
+      rows_out.append(_row(cases[1], t[cases[1].name], bw,
+                           ratio_ci(t[cases[0].name], t[cases[1].name])))
+      print(format_rows(rows_out[-2:]), flush=True)
+      del cases
+  return rows_out
+
+
 def _tiles_text(tiles) -> str:
   """Every field of a tile dataclass as `name=value`: case names key the timings, so two
   variants must never share one."""
   return " ".join(f"{f.name}={getattr(tiles, f.name)}" for f in dataclasses.fields(tiles))
 
 
+# Fields block_p:num_warps:prefetch:n_cols of `kernels.tiles.TileConfig` (prefetch "all":
+# every row up front); the table's entry comes first in any sweep.
+DEFAULT_TILE_VARIANTS = ("16:4:1:32", "16:4:0:32", "32:4:0:32", "32:4:2:32", "32:8:1:32",
+                         "64:4:1:32", "32:4:1:64", "16:2:1:32")
+
+
+def _tile_config(text: str, base):
+  bp, w, pf, nc = text.split(":")
+  return dataclasses.replace(base, block_p=int(bp), num_warps=int(w),
+                             prefetch=None if pf == "all" else int(pf), n_cols=int(nc))
+
+
 def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
-                shapes_only=False):
-  """Tile sweep at R=8, state_row 7: (block_p, num_warps) of the SSM kernel, then (unless
-  `shapes_only`) its prefetch depth and prep's (block_c, prep_warps), both on the (4, 1)
-  tile (compare them with the (4, 1) row), and the fori_loop (not unrolled) variant of the
-  default. Ratio: time of the variant over time of the default (the first row of each
-  group)."""
+                variants=DEFAULT_TILE_VARIANTS):
+  """Tile sweep of the verify kernels at R=8, mixed acceptance (state_row b % 8): the table's
+  entry, then `variants` (block_p:num_warps:prefetch:n_cols). Ratio: time of the variant over
+  time of the table's entry."""
   unknown = set(modes) - {config_lib.SNAPSHOT, config_lib.COMPACT}
   if unknown:
     raise ValueError(f"sweep modes: expected snapshot and/or compact, got {sorted(unknown)}")
@@ -395,26 +478,18 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   default = tiles_lib.tile_config(snap)
-  shapes = [(16, 4), (4, 1), (8, 1), (2, 1), (8, 2), (16, 2), (32, 4)]
-  variants = [default] + [dataclasses.replace(default, block_p=bp, num_warps=w)
-                          for bp, w in shapes if (bp, w) != (default.block_p, default.num_warps)]
-  if not shapes_only:
-    variants += [dataclasses.replace(default, block_p=4, num_warps=1, prefetch=d)
-                 for d in (2, 8, None) if d != default.prefetch]
-    variants += [dataclasses.replace(default, block_p=4, num_warps=1, block_c=bc, prep_warps=pw)
-                 for bc, pw in ((32, 1), (64, 2))]
-    variants.append(dataclasses.replace(default, unroll=False))
+  tiles = [default] + [t for t in (_tile_config(v, default) for v in variants) if t != default]
   for B in batches:
-    nb = banks if B == 1 else 3
+    nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
     for cfg in (c for c in (snap, comp) if c.replay_mode in modes):
       cases = []
-      for tiles in variants:
-        c, _ = verify_case(cfg, B, 8, 7, nb, dtype, tiles=tiles, params=params,
-                           name=f"{cfg.replay_mode} B={B} {_tiles_text(tiles)}")
+      for t in tiles:
+        c, _ = verify_case(cfg, B, 8, np.arange(B) % 8, nb, dtype, tiles=t, params=params,
+                           name=f"{cfg.replay_mode} B={B} {_tiles_text(t)}")
         cases.append(c)
-      t = time_cases(cases, max(5, blocks // 3))
+      times = time_cases(cases, max(5, blocks // 3))
       for c in cases:
-        rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[c.name], t[cases[0].name])
+        rows_out.append(_row(c, times[c.name], bw, ratio_ci(times[c.name], times[cases[0].name])
                              if c is not cases[0] else None))
       print(format_rows(rows_out[-len(cases):]), flush=True)
       del cases
@@ -560,8 +635,8 @@ def format_rows(rows) -> str:
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("suites", ["main", "batch", "prefill", "breakdown"],
-                  "suites to run: main, batch, sweep, chunk_sweep, prefill, breakdown")
+flags.DEFINE_list("suites", ["main", "batch", "loop", "prefill", "breakdown"],
+                  "suites to run: main, batch, loop, sweep, chunk_sweep, prefill, breakdown")
 flags.DEFINE_string("out", None, "write the results as JSON here")
 flags.DEFINE_integer("banks", 8, "rotating state sets per case")
 flags.DEFINE_integer("blocks", 15, "timed blocks per case")
@@ -572,7 +647,8 @@ flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch 
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
-flags.DEFINE_bool("sweep_shapes_only", False, "sweep only (block_p, num_warps)")
+flags.DEFINE_list("sweep_tiles", list(DEFAULT_TILE_VARIANTS),
+                  "verify tiles of the sweep suite, block_p:num_warps:prefetch:n_cols")
 flags.DEFINE_string("breakdown_tiles", "",
                     "chunked-prefill tiles of the breakdown suite, config.ChunkTiles fields "
                     "joined by ':' as in --chunk_variants (default: the table's)")
@@ -603,10 +679,11 @@ def main(argv):
       print(f"\n## {suite}\n" + json.dumps(results[suite], indent=1), flush=True)
     else:
       sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],
-                                modes=FLAGS.sweep_modes, shapes_only=FLAGS.sweep_shapes_only)
+                                modes=FLAGS.sweep_modes, variants=FLAGS.sweep_tiles)
       chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants)
       fn = dict(main=suite_main, sweep=sweep, chunk_sweep=chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
+                loop=functools.partial(suite_loop, batches=[int(b) for b in FLAGS.batches]),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)

@@ -65,12 +65,13 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     st, win = carry
     t, xb, d, zt = inp
     v = xb.astype(f32)
-    out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias)
+    out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias, xbc.dtype)
     x, bm, cm = _split_xbc(cfg, out)
     dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
     dA = rowmath.decay(dtp, params.A_log)
-    new_st = rowmath.state_update(st, dA[..., None, None], dtp[..., None] * x, bm)
-    y = rowmath.readout(new_st, cm, params.D[:, None], x)
+    new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
+                                  bm[..., None, :])
+    y = rowmath.readout([new_st], [cm[..., None, :]], params.D[:, None], x)
     if zt is not None:
       y = rowmath.gate(y, zt.astype(f32).reshape(Bsz, H, P))
     active = t < num_rows
@@ -268,7 +269,7 @@ def conv_prefill(cfg, params, conv0, xbc):
 
   window = [rows(k, R).astype(f32) for k in range(K)]               # each [B, R, C]
   taps = [params.conv_weight[:, k] for k in range(K)]
-  out = rowmath.conv_output(taps, window, params.conv_bias)
+  out = rowmath.conv_output(taps, window, params.conv_bias, xbc.dtype)
   return out, conv_state_after(cfg, conv0, xbc)
 
 

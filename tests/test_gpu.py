@@ -21,23 +21,42 @@ pytestmark = pytest.mark.gpu
 BOLT = m.BOLT
 
 
+def fma_f32(a, b, c):
+  """Correctly rounded float32 a * b + c (one rounding, ties to even), computed exactly."""
+  from fractions import Fraction
+  out = np.empty(a.shape, np.float32)
+  for i, (x, y, z) in enumerate(zip(a.ravel(), b.ravel(), c.ravel())):
+    exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+    near = np.float32(float(exact))
+    cands = [near, np.nextafter(near, np.float32(-np.inf)), np.nextafter(near, np.float32(np.inf))]
+    err = [abs(Fraction(float(v)) - exact) for v in cands]
+    best = min(err)
+    ties = [v for v, e in zip(cands, err) if e == best]
+    out.flat[i] = min(ties, key=lambda v: int(np.asarray(v).view(np.uint32)) & 1)
+  return out
+
+
 def test_rounding_policy_canary():
-  """The shared state update compiles to separately rounded multiplies and adds (no FMA)."""
+  """The compiled state update is one fused multiply-add, st * dA + (dt x) * B with the
+  product (dt x) * B rounded on its own, bitwise; the inputs separate it from the unfused
+  expression."""
   rng = np.random.default_rng(0)
   st, b = (rng.normal(size=s).astype(np.float32) for s in ((64, 128), (128,)))
   dA, dtx = np.float32(rng.uniform(0.5, 1.0)), rng.normal(size=64).astype(np.float32)
 
   def kernel(*, st_ref, da_ref, dtx_ref, b_ref, o_ref):
-    o_ref[...] = rowmath.state_update(st_ref[...], da_ref[0], dtx_ref[...], b_ref[...])
+    o_ref[...] = rowmath.state_update(st_ref[...], da_ref[0], dtx_ref[...][:, None],
+                                      b_ref[...][None, :], backend.fma(False))
 
   out = backend.pallas_call(
       kernel, inputs=dict(st_ref=st, da_ref=jnp.asarray([dA]), dtx_ref=dtx, b_ref=b),
       outputs=dict(o_ref=jax.ShapeDtypeStruct((64, 128), jnp.float32)), grid=(1,),
       num_warps=4, num_stages=1, interpret=False, name="canary")["o_ref"]
-  unfused = st * dA + (dtx[:, None] * b[None, :])          # NumPy rounds each op
-  fused = (st.astype(np.float64) * dA + (dtx[:, None] * b[None, :]).astype(np.float64)).astype(np.float32)
+  prod = dtx[:, None] * b[None, :]                          # float32, rounded on its own
+  fused = fma_f32(st, np.broadcast_to(dA, st.shape), prod)
+  unfused = st * dA + prod                                 # NumPy rounds each op
   assert np.count_nonzero(fused != unfused) > 0, "inputs do not separate the two policies"
-  assert_bitwise(out, unfused, "state update vs separately rounded float32")
+  assert_bitwise(out, fused, "state update vs one fused multiply-add")
 
 
 @pytest.mark.parametrize("R", [1, 8, 37])

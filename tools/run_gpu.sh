@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Every GPU check and benchmark in one run (one device call). Results go to $OUT (default
-# ./gpu_out): device.txt, a log per stage, and bench.json, batch.json, prefill.json, sweep.json,
-# chunk_sweep.json.
-# M2V_STAGES picks stages (default: all, in this order); M2V_LIMIT_<STAGE> caps a stage's
-# seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k); M2V_SWEEP_ARGS adds flags to the
-# sweep (e.g. "--sweep_batches=32 --sweep_modes=compact --sweep_shapes_only").
-#   OUT=/tmp/gpu bash tests/run_gpu.sh
+# Every GPU check and benchmark, in one run (one device call). Run from the repository root
+# on a machine with a CUDA GPU and JAX 0.11.2 (the package need not be installed: the root
+# goes on PYTHONPATH). Results go to $OUT (default ./gpu_out): device.txt, one log per
+# stage, and one JSON per benchmark suite.
+#
+#   OUT=/tmp/gpu bash tools/run_gpu.sh
+#   M2V_STAGES="gpu_tests loop" OUT=/tmp/gpu bash tools/run_gpu.sh
+#
+# Stages (M2V_STAGES, default all, in this order):
+#   gpu_tests    pytest -m gpu: the compiled variant of every kernel test class and the GPU-only
+#                checks (Bolt geometry, rounding canary, in-place updates, 2-GPU sharding)
+#   main batch loop prefill breakdown sweep chunk_sweep
+#                benchmarks/bench.py suites of those names (-> NAME.json)
+#   decode       the example decoder in both modes, timed
+#   sanitizer    compute-sanitizer (memcheck, initcheck, synccheck, racecheck) over
+#                tools/sanitize_calls.py (-> sanitizer_TOOL.log)
+#   ncu          ncu --clock-control none on the verify kernels of tools/profile_call.py
+#                (compact and snapshot, B=128, R=8, mixed rows) (-> ncu_MODE.log)
+# M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
+# M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
-STAGES=${M2V_STAGES:-decode gpu_tests bench batch prefill sweep chunk_sweep suite}
+STAGES=${M2V_STAGES:-gpu_tests main batch loop prefill breakdown decode sanitizer}
 status=0
 stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   local name=$1 var="M2V_LIMIT_${1^^}"; local limit=${!var:-$2}; shift 2
-  echo "=== $name (limit ${limit}s) ==="
+  echo "=== $name (limit ${limit}s) $(date -u +%T) ==="
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
-  echo "=== $name: exit $rc ==="
+  echo "=== $name: exit $rc $(date -u +%T) ==="
   [ "$rc" = 0 ] || status=1
 }
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
@@ -27,18 +40,27 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   git log -1 --format='commit %H %s' 2>/dev/null; } 2>&1 | tee "$OUT/device.txt"
 for s in $STAGES; do
   case $s in
-    gpu_tests) stage gpu_tests 300 $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider \
+    gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 300 \
+                 $PY -m pytest -q -m gpu tests -p no:cacheprovider -n "${M2V_TEST_WORKERS:-6}" \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
-    bench) stage bench 200 $PY -m m2v_jax.bench --suites=main,breakdown --out="$OUT/bench.json" ;;
-    batch) stage batch 150 $PY -m m2v_jax.bench --suites=batch --out="$OUT/batch.json" ;;
-    prefill) stage prefill 150 $PY -m m2v_jax.bench --suites=prefill --out="$OUT/prefill.json" ;;
-    decode) stage decode 90 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
-              --abba_prompts=3 ;;
-    sweep) stage sweep 150 $PY -m m2v_jax.bench --suites=sweep --out="$OUT/sweep.json" \
-             ${M2V_SWEEP_ARGS:-} ;;
-    chunk_sweep) stage chunk_sweep 120 $PY -m m2v_jax.bench --suites=chunk_sweep \
-                   --out="$OUT/chunk_sweep.json" ;;
-    suite) stage suite_tests 600 $PY -m pytest -q -x tests -m "not gpu" -p no:cacheprovider ;;
+    main|batch|loop|prefill|breakdown|sweep|chunk_sweep)
+      stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
+    decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
+              --repeats=5 ;;
+    sanitizer)
+      for tool in memcheck initcheck synccheck racecheck; do
+        stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --kernel-name kns=m2v \
+          --print-limit 20 $PY tools/sanitize_calls.py
+      done ;;
+    ncu)
+      for mode in compact snapshot; do
+        stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:m2v_ --launch-skip 4 \
+          --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --section InstructionStats \
+          --section MemoryWorkloadAnalysis \
+          $PY tools/profile_call.py --mode="$mode" --batch=128 --calls=3
+      done ;;
+    *) echo "unknown stage $s"; status=1 ;;
   esac
 done
 exit $status

@@ -98,6 +98,28 @@ def isolate(x, interpret: bool):
   return lax.optimization_barrier(x) if interpret else x
 
 
+def fma(interpret: bool):
+  """The multiply-add of the kernels' state update and readout: `fma(a, b, c) = a * b + c`.
+
+  Compiled: one `fma.rn.f32` (a single rounding), by inline PTX, since the Triton lowering
+  has no fused multiply-add and contracts nothing itself. Interpret mode: JAX has no fused
+  multiply-add, so a * b + c with two roundings (`rowmath.unfused`), the same as the
+  jax.numpy reference.
+  """
+  if interpret:
+    return lambda a, b, c: a * b + c
+
+  def fused(a, b, c):
+    a, b, c = (jnp.asarray(v, jnp.float32) for v in (a, b, c))
+    shape = jnp.broadcast_shapes(a.shape, b.shape, c.shape)
+    a, b, c = (jnp.broadcast_to(v, shape) for v in (a, b, c))
+    return plt.elementwise_inline_asm(
+        "fma.rn.f32 $0, $1, $2, $3;", args=[a, b, c], constraints="=f,f,f,f", pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(shape, jnp.float32)])[0]
+
+  return fused
+
+
 # Precision of every dot in the chunked prefill kernels: 3-pass TF32 on the tensor cores gives
 # about float32 accuracy (8e-6 max abs error on a [64,64]x[64,128] product on the H200, vs
 # 1e-2 for the TF32 default). See docs/design.md, "Prefill precision".

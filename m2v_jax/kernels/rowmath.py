@@ -1,11 +1,11 @@
-"""The per-row math of one Mamba-2 mixer step (SPEC §2), written once.
+"""The per-row math of one Mamba-2 mixer step (docs/semantics.md, "One row"), written once.
 
 Every kernel (snapshot, compact replay, serial prefill tail) and the jax.numpy reference call
 these functions, so the operation order -- and with it the rounding -- is the same everywhere.
 They are plain `jax.numpy` expressions on values: inside a Pallas kernel they see register
 tiles, in the reference whole arrays; the caller brings the operands to broadcastable shapes.
 
-Rounding policy (BUILD.md, "Rounding policy"): no fused multiply-add. Every product and every
+Rounding policy (docs/design.md, "Rounding policy"): no fused multiply-add. Every product and every
 sum is rounded to float32 on its own, in the order written here. On the GPU the Pallas Triton
 lowering emits `mul.rn.f32` / `add.rn.f32` for these expressions (no contraction; pinned by
 `tests/test_gpu.py::test_rounding_policy_canary`). XLA:CPU contracts `a*b+c` into an FMA
@@ -28,21 +28,28 @@ def silu(v):
   return v / (1.0 + jnp.exp(-v))
 
 
-def conv_output(weights, window, bias):
-  """One causal-conv output column: silu(sum_k w_k * win_k + bias).
+def conv_output(weights, window, bias, dtype):
+  """One causal-conv output column: silu(sum_k w_k * win_k + bias), rounded to `dtype`.
 
   Args:
     weights: K float32 arrays (the conv taps, oldest first), each broadcastable to the window.
     window: K float32 arrays: the K-1 conv-state columns (oldest first), then the new input.
     bias: float32 conv bias.
+    dtype: the activation dtype: the output is rounded to it (to nearest even), as the causal
+      conv of every Mamba-2 implementation returns its output in the activation dtype; a
+      no-op for float32.
 
   Returns:
-    The post-conv activation, float32. The sum runs left to right over k, then adds the bias.
+    The post-conv activation as float32 (holding a `dtype` value). The sum runs left to right
+    over k, then adds the bias; silu is computed in float32.
   """
   acc = weights[0] * window[0]
   for w, v in zip(weights[1:], window[1:]):
     acc = acc + w * v
-  return silu(acc + bias)
+  out = silu(acc + bias)
+  if jnp.dtype(dtype) != jnp.float32:
+    out = out.astype(dtype).astype(jnp.float32)
+  return out
 
 
 def process_dt(dt_raw, dt_bias, dt_limit):
@@ -72,28 +79,43 @@ def decay(dt, a_log):
   return jnp.exp(dt * -jnp.exp(a_log))
 
 
-def state_update(st, dA, dtx, b):
-  """st * dA + dtx ⊗ b: the SSM state update, no FMA.
+def unfused(a, b, c):
+  """a * b + c with the product rounded on its own (what JAX computes for `a * b + c`)."""
+  return a * b + c
+
+
+def state_update(st, dA, dtx, b, fma=unfused):
+  """st * dA + dtx * b: the SSM state update (the outer product dtx ⊗ b).
 
   Args:
-    st: state [..., P, N] float32.
+    st: state, float32, with a P axis and an N axis in any layout the caller uses.
     dA: decay, broadcastable to `st` (a scalar per head).
-    dtx: dt * x, [..., P].
-    b: B row of the head's group, [..., N].
+    dtx: dt * x, broadcast along the N axis of `st` (e.g. [..., P, 1]).
+    b: B row of the head's group, broadcast along the P axis (e.g. [..., 1, N]).
+    fma: how `st * dA + (dtx * b)` is rounded: `unfused`, or the compiled kernels' fused
+      multiply-add (`kernels.backend.fma`).
   """
-  return st * dA + dtx[..., :, None] * b[..., None, :]
+  return fma(st, dA, dtx * b)
 
 
-def readout(st, c, d, x):
+def readout(st, c, d, x, fma=unfused):
   """y = sum_n st[..., n] * c[n] + D * x, float32 (no gate).
 
   Args:
-    st: state [..., P, N].
-    c: C row of the head's group, [..., N].
+    st: the state as a sequence of tiles [..., P, n_k] that hold N between them (one tile:
+      the whole state).
+    c: the C row as the matching sequence of tiles, broadcastable to them ([..., 1, n_k]).
     d: D of the head, broadcastable to x.
     x: x of the head, [..., P].
+
+  The tiles' products are summed elementwise, tile after tile (`fma(s_k, c_k, acc)`, as
+  `state_update`), then over the last axis (`jnp.sum`, whose order a kernel's layout fixes),
+  then D * x is added. Kernels whose y must match use the same tiles and layout.
   """
-  return jnp.sum(st * c[..., None, :], axis=-1) + d * x
+  acc = st[0] * c[0]
+  for s_k, c_k in zip(st[1:], c[1:]):
+    acc = fma(s_k, c_k, acc)
+  return jnp.sum(acc, axis=-1) + d * x
 
 
 def gate(y, z):

@@ -35,6 +35,9 @@ class TileConfig:
       the stores of earlier rows) rather than as `fori_loop`s; see `kernels.verify`.
     prefetch: rows the SSM kernel loads ahead of the row it computes (None: all rows up
       front). Each prefetched row holds its x, B and C slices in registers.
+    n_cols: the SSM kernel holds its state tile as [N / n_cols, block_p, n_cols] (a power of
+      two, at most N): n_cols / 4 lanes share a row of N, the other lanes and the warps take
+      P. It fixes the y readout's reduction order like (block_p, num_warps).
   """
 
   block_p: int
@@ -43,28 +46,28 @@ class TileConfig:
   block_c: int = 128
   prep_warps: int = 4
   unroll: bool = True
-  prefetch: int | None = 4
+  prefetch: int | None = 1
+  n_cols: int = 32
 
 
-# (block_p, num_warps) by (nheads, headdim, dstate).
-_TILE_TABLE: dict[tuple[int, int, int], tuple[int, int]] = {
-    # Bolt: no (block_p, num_warps), prefetch depth or prep blocking was faster by 2% in
-    # either mode at B=1 or B=32.
-    (128, 64, 128): (16, 4),
+# TileConfig by (nheads, headdim, dstate).
+_TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
+    # Bolt: 32 elements of one p a thread, one row loaded ahead (BENCHMARKS.md, "Tiles").
+    (128, 64, 128): TileConfig(block_p=32, num_warps=4, prefetch=1, n_cols=32),
 }
+# Bolt's heads split over 2 devices: the same tiles, so that y is bitwise one device's.
+_TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 
 def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
   """The verify tiles for `cfg`'s geometry: a measured table entry, else a heuristic (the
-  largest power-of-two P tile up to 16 that divides headdim; 4 warps for tiles of at least
+  largest power-of-two P tile up to 32 that divides headdim; 4 warps for tiles of at least
   1024 elements, else 1)."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate)
   if key in _TILE_TABLE:
-    block_p, warps = _TILE_TABLE[key]
-  else:
-    block_p = pow2_divisor(cfg.headdim, 16)
-    warps = 4 if block_p * cfg.dstate >= 1024 else 1
-  return TileConfig(block_p=block_p, num_warps=warps)
+    return _TILE_TABLE[key]
+  block_p = pow2_divisor(cfg.headdim, 32)
+  return TileConfig(block_p=block_p, num_warps=4 if block_p * cfg.dstate >= 1024 else 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,6 +112,13 @@ class Plan:
     """P rows per SSM program: the tile's block_p, shrunk to divide P."""
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
+  fused = True        # experiment switch (module-level default below)
+
+  @property
+  def n_cols(self) -> int:
+    """The SSM tile's n_cols, at most N."""
+    return min(self.tiles.n_cols, self.cfg.dstate)
+
   @property
   def unroll_new(self) -> bool:
     """Unroll the new-row loop (verify-sized calls) instead of a `fori_loop` (prefill)."""
@@ -282,7 +289,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
     if plan.compact:
       def replay(j, raw, win, active):
         v = raw.astype(f32)
-        xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias)
+        xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype)
         return _sel(active, win[1:] + (v,), win)
 
       win = _rows(0, plan.cap, n_rep, load_rep, replay, win, rep_in)
@@ -294,7 +301,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
 
     def new_row(i, raw, win, active):
       v = raw.astype(f32)
-      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias)
+      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype)
       new_win = win[1:] + (v,)
       if plan.compact:
         def store_window():
@@ -387,7 +394,7 @@ def prep(plan: Plan, params, state, xbc, dt, state_row, cache_indices, num_rows)
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, z_ref=None,
                 d_ref, ssm_ref, pend_ref=None, ssm_out_ref, pend_out_ref=None, y_ref=None,
                 plan: Plan):
-  """State update and y readout of one [block_p, N] state tile, grid (P / block_p, B, H).
+  """State update and y readout of one head's [block_p, N] state tile, grid (P / block_p, B, H).
 
   Refs (E pool entries, B sequences, RT scratch rows):
     idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
@@ -400,11 +407,20 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
                     ssm_out_ref
     pend_ref        compact [E] int32     pending rows; aliased to pend_out_ref
     y_ref           [B, R, H*P]           output y (absent in a fold)
+
+  The tile is held as A = N / n_cols tiles [block_p, n_cols], tile k holding n in
+  [k n_cols, (k+1) n_cols): with n_cols = 32, Triton lays each out with 8 lanes on n and the
+  other 4 lanes and the warps on p, so a thread holds A x 4 elements of one p. The readout
+  sums the tiles' products elementwise, then over n_cols within the thread and across 8 lanes
+  only (`rowmath.readout`). B and C rows come as [1, n_cols] tiles, which Triton gives the
+  same layout (no conversion).
   """
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, GN = cfg.d_inner, G * N
-  BP = plan.block_p
+  BP, NC = plan.block_p, plan.n_cols
+  tiles_n = [pl.ds(k * NC, NC) for k in range(N // NC)]
+  fma = backend.fma(plan.interpret) if plan.fused else rowmath.unfused
 
   pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
@@ -415,30 +431,32 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
   g = h // cfg.heads_per_group
   ps = pl.ds(pid_p * BP, BP)
   xcols = pl.ds(h * P + pid_p * BP, BP)
-  bcols = pl.ds(HP + g * N, N)
-  ccols = pl.ds(HP + GN + g * N, N)
   off, commit, first_kept = plan.new_off, plan.commit, plan.first_kept
 
+  def row_tiles(r, col0):                    # a B or C row as [1, NC] tiles
+    return [xr_ref[b, pl.ds(r, 1), pl.ds(col0 + k * NC, NC)] for k in range(N // NC)]
+
   def load_rep(r):
-    return xr_ref[b, r, xcols], xr_ref[b, r, bcols], dtr_ref[b, r, h], dar_ref[b, r, h]
+    return (xr_ref[b, r, xcols][:, None], row_tiles(r, HP + g * N), dtr_ref[b, r, h],
+            dar_ref[b, r, h])
 
   def load_new(i):
     r = off + i
     zv = z_ref[b, i, xcols] if plan.has_z else None
-    return load_rep(r) + (xr_ref[b, r, ccols], zv)
+    return load_rep(r) + (row_tiles(r, HP + GN + g * N), zv)
 
   def update(st, x, bv, dtp, da):
-    return rowmath.state_update(st, da, dtp * x, bv)
+    dtx = dtp * x
+    return [rowmath.state_update(s_k, da, dtx, b_k, fma) for s_k, b_k in zip(st, bv)]
 
-  def store_base(st):
-    ssm_out_ref[e, h, ps, :] = st
+  def store_state(st, *slot):
+    for cols, s_k in zip(tiles_n, st):
+      ssm_out_ref[(e,) + slot + (h, ps, cols)] = s_k
 
   @pl.when(valid)
   def _run():
-    if plan.compact:
-      st = ssm_ref[e, h, ps, :]
-    else:
-      st = ssm_ref[e, row_ref[b], h, ps, :]
+    slot = () if plan.compact else (row_ref[b],)
+    st = [ssm_ref[(e,) + slot + (h, ps, cols)] for cols in tiles_n]
     ahead = _Lookahead(plan.tiles.prefetch)
     rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay, ahead)
     new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new, ahead)
@@ -448,7 +466,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
       st = _rows(0, plan.cap, n_rep, load_rep,
                  lambda j, a, st, active: _if(active, lambda s: update(s, *a), st), st, rep_in)
       if commit == 0:
-        pl.when(n_rep > 0)(lambda: store_base(st))
+        pl.when(n_rep > 0)(lambda: store_state(st))
 
       @pl.when((pid_p == 0) & (h == 0))
       def _():
@@ -456,24 +474,35 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
     if not plan.R:
       return
 
-    def new_row(i, inputs, st, active):
+    # Unrolled rows collect y in a [BP, R] tile and store it once (R a power of two, as
+    # Triton tiles must be): a per-row store would move each row's y between layouts.
+    collect = new_in is not None and not plan.R & (plan.R - 1)
+    col = lax.broadcasted_iota(jnp.int32, (BP, plan.R), 1)
+
+    def new_row(i, inputs, carry, active):
+      st, ys = carry
       x, bv, dtp, da, cv, zv = inputs
       new_st = update(st, x, bv, dtp, da)
-      y = rowmath.readout(backend.isolate(new_st, plan.interpret), cv, d_ref[h], x)
+      y = rowmath.readout(backend.isolate(new_st, plan.interpret), cv, d_ref[h], x[:, 0], fma)
       if plan.has_z:
         y = rowmath.gate(y, zv.astype(f32))
-      y_ref[b, i, xcols] = _sel(active, y, jnp.zeros_like(y)).astype(y_ref.dtype)
+      y = _sel(active, y, jnp.zeros_like(y))
+      if collect:
+        ys = jnp.where(col == i, y[:, None], ys)
+      else:
+        y_ref[b, i, xcols] = y.astype(y_ref.dtype)
       if plan.compact:
         if commit:
-          pl.when(i == commit - 1)(lambda: store_base(new_st))
+          pl.when(i == commit - 1)(lambda: store_state(new_st))
       else:
-        def store_snapshot():
-          ssm_out_ref[e, i - first_kept, h, ps, :] = new_st
-        _kept(i, first_kept, active, store_snapshot)
+        _kept(i, first_kept, active, lambda: store_state(new_st, i - first_kept))
       assert active is None or not (commit or first_kept)   # see `_rows` on carries
-      return new_st
+      return new_st, ys
 
-    _rows(0, plan.R, n, load_new, new_row, st, new_in)
+    ys = jnp.zeros((BP, plan.R), f32) if collect else jnp.int32(0)
+    _, ys = _rows(0, plan.R, n, load_new, new_row, (st, ys), new_in)
+    if collect:
+      y_ref[b, pl.ds(0, plan.R), xcols] = ys.T.astype(y_ref.dtype)
 
     if new_in is None:
       def zero_row(i, c):

@@ -1,0 +1,50 @@
+"""Runs one verify configuration over and over, for a profiler (`ncu`) to look at.
+
+Warms up (compiles) first, then runs `--calls` calls, each a separate dispatch, on one state
+pool; every call starts from its pool's committed rows. With ncu, skip the warm-up launches:
+
+    ncu --clock-control none --kernel-name regex:m2v_ssm --launch-skip 4 --launch-count 1 \\
+        --set full -o /tmp/ssm python tools/profile_call.py --mode=compact --batch=128
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+import m2v_jax as m
+from m2v_jax import dispatch
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
+flags.DEFINE_integer("batch", 128, "sequences B")
+flags.DEFINE_integer("rows", 8, "rows R per call")
+flags.DEFINE_integer("calls", 6, "calls after the warm-up")
+flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
+
+
+def main(argv):
+  del argv
+  cfg = m.BOLT.replace(replay_mode=FLAGS.mode)
+  B, R, dtype = FLAGS.batch, FLAGS.rows, jnp.dtype(FLAGS.dtype)
+  rng = np.random.default_rng(0)
+  params = m.random_params(cfg)
+  state = m.init_state(cfg, B, dtype)
+  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
+  rows = jnp.asarray(np.arange(B) % R, jnp.int32)          # mixed acceptance
+  step = jax.jit(lambda s, r: dispatch.call(params, s, xbc, dt, r, None, None, None, cfg=cfg,
+                                            backend=m.resolve_backend(None), chunked=False),
+                 donate_argnums=0)
+  _, state = step(state, jnp.zeros((B,), jnp.int32))     # warm-up: R rows pending everywhere
+  for _ in range(FLAGS.calls):
+    y, state = step(state, rows)
+  jax.block_until_ready((y, state))
+  print(f"{FLAGS.calls} calls of {cfg.replay_mode} B={B} R={R} done; y finite: "
+        f"{bool(jnp.all(jnp.isfinite(y.astype(jnp.float32))))}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,60 @@
+"""The compiled kernels' calls that `compute-sanitizer` checks (tools/run_gpu.sh, stage
+`sanitizer`): Bolt geometry, both modes, a pool of 6 entries for 4 sequences, with
+
+- padding (a -1 entry), a device-side rejected `state_row`, an out-of-range entry;
+- `num_rows` below R, and the gate z;
+- a compact fold (`committed_state`), a serial prefill (R = 37) and a chunked prefill (R = 200,
+  whose padded body reaches past the call's rows).
+
+    compute-sanitizer --tool initcheck --kernel-name kns=m2v python tools/sanitize_calls.py
+
+Each call's results are checked loosely (finite where valid, NaN where rejected) so that a
+run that silently computed nothing fails here too.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+import m2v_jax as m
+
+
+def run(mode: str) -> None:
+  cfg = m.BOLT.replace(replay_mode=mode)
+  rng = np.random.default_rng(0)
+  p = m.random_params(cfg)
+  E, B = 6, 4
+  dtype = jnp.bfloat16
+  state = m.init_state(cfg, E, dtype)
+  inputs = lambda R: (jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype),
+                      jnp.asarray(rng.normal(-1, 1, size=(B, R, cfg.nheads)), dtype),
+                      jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype))
+  i32 = lambda v: jnp.asarray(v, jnp.int32)
+  # 1. all valid, num_rows below R for two sequences, gate on
+  xbc, dt, z = inputs(8)
+  y, state = m.verify(cfg, p, state, xbc, dt, i32([0, 0, 0, 0]), z=z,
+                      cache_indices=i32([0, 1, 2, 3]), num_rows=i32([8, 5, 1, 8]))
+  assert np.all(np.isfinite(np.asarray(y, np.float32)))
+  # 2. padding, a rejected state_row (sequence 2), an entry outside the pool (sequence 3)
+  xbc, dt, z = inputs(8)
+  y, state = m.verify(cfg, p, state, xbc, dt, i32([3, 0, 9, 0]), z=z,
+                      cache_indices=i32([0, -1, 2, 17]))
+  y = np.asarray(y, np.float32)
+  assert np.all(np.isfinite(y[0])) and not np.any(y[1])
+  assert np.all(np.isnan(y[2])) and np.all(np.isnan(y[3]))
+  # 3. the committed state (a compact fold), then a serial and a chunked prefill with padding
+  ssm, _ = m.committed_state(cfg, p, state, i32([2, 0]), cache_indices=i32([0, 4]))
+  assert np.all(np.isfinite(np.asarray(ssm)))
+  for R, chunked in ((37, False), (200, True)):
+    xbc, dt, z = inputs(R)
+    y, state = m.prefill(cfg, p, state, xbc, dt, i32([0, 0, 0, 0]), z=z,
+                         cache_indices=i32([4, -1, 5, 1]), chunked=chunked)
+    y = np.asarray(y, np.float32)
+    assert not np.any(y[1]) and np.all(np.isfinite(y[[0, 2, 3]])), (R, chunked)
+  print(f"{mode}: done")
+
+
+if __name__ == "__main__":
+  for mode in ("snapshot", "compact"):
+    run(mode)
