@@ -154,7 +154,7 @@ class PrefillChecks:
                                                ("compact", 77, 16)])
   def test_chunked_matches_reference(self, mode, R, capacity):
     """R just above the capacity, not a multiple of the chunk, several starting states."""
-    cfg = small_cfg(mode=mode, capacity=capacity)
+    cfg = small_cfg(mode=mode, capacity=capacity, headdim=16)
     p = m.random_params(cfg, R)
     rng = np.random.default_rng(R)
     B = 3
@@ -175,7 +175,7 @@ class PrefillChecks:
         assert_close(a, b, 1e-5, name)
 
   @pytest.mark.parametrize("ngroups,tiles,heads", [
-      (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=4, state_heads=2, state_stages=2,
+      (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2, state_stages=2,
                        out_heads=2, out_stages=2), (2, 2)),
       (2, m.ChunkTiles(chunk=16, block_p=1, state_heads=4, out_heads=1, out_warps=8), (2, 1)),
       (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4), (1, 4))])
@@ -185,7 +185,7 @@ class PrefillChecks:
     3 chunks of 16. The small grid would make the plan drop to one head a program: the
     program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
-    cfg = small_cfg(ngroups=ngroups)
+    cfg = small_cfg(ngroups=ngroups, headdim=16)
     plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles,
                         interpret=True)
     assert (plan.state_heads, plan.out_heads) == heads
@@ -206,7 +206,7 @@ class PrefillChecks:
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
     monkeypatch.setattr(dispatch, "MIN_CHUNKED_ROWS", 1)    # chunked from R = cap + 1
-    pair = Pair(self.backend, seed=21, B=2)
+    pair = Pair(self.backend, seed=21, B=2, cfg=small_cfg(headdim=16))
     pair.call(8)
     pair.accept([5, 1])
     pair.call(77)                     # pre-pass fold, chunked body, serial tail
@@ -216,7 +216,7 @@ class PrefillChecks:
 
   def test_one_prefill_equals_prefill_then_verify(self):
     """Prefill P rows in one call vs P-k rows then a fully accepted k-row verify."""
-    cfg = small_cfg(mode="compact")
+    cfg = small_cfg(mode="compact", headdim=16)
     p = m.random_params(cfg, 22)
     rng = np.random.default_rng(22)
     B, P, k = 2, 100, 6
@@ -237,7 +237,7 @@ class PrefillChecks:
   def test_chunked_pool_padding_invalid_and_nan(self, mode, R):
     """`check_chunked_pool` at R = 77: the body's padded chunks reach past R (the kernels' y is
     cut to R rows, z padded); R = 72: they do not (z and y used in place)."""
-    check_chunked_pool(self.backend, small_cfg(mode=mode), R)
+    check_chunked_pool(self.backend, small_cfg(mode=mode, headdim=16), R)
 
 
 @pytest.mark.gpu

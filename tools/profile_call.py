@@ -9,6 +9,8 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +25,8 @@ flags.DEFINE_integer("batch", 128, "sequences B")
 flags.DEFINE_integer("rows", 8, "rows R per call")
 flags.DEFINE_integer("calls", 6, "calls after the warm-up")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
+flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:prefetch:n_cols instead of "
+                    "the table's")
 
 
 def main(argv):
@@ -35,8 +39,14 @@ def main(argv):
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
   rows = jnp.asarray(np.arange(B) % R, jnp.int32)          # mixed acceptance
-  step = jax.jit(lambda s, r: dispatch.call(params, s, xbc, dt, r, None, None, None, cfg=cfg,
-                                            backend=m.resolve_backend(None), chunked=False),
+  tiles = m.tile_config(cfg)
+  if FLAGS.tiles:
+    bp, w, pf, nc = FLAGS.tiles.split(":")
+    tiles = dataclasses.replace(tiles, block_p=int(bp), num_warps=int(w),
+                                prefetch=None if pf == "all" else int(pf), n_cols=int(nc))
+  ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
+  step = jax.jit(lambda s, r: dispatch.kernel_call(cfg, m.resolve_backend(None), params, s, xbc,
+                                                   dt, r, None, ci, nr, tiles),
                  donate_argnums=0)
   _, state = step(state, jnp.zeros((B,), jnp.int32))     # warm-up: R rows pending everywhere
   for _ in range(FLAGS.calls):

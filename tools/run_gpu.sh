@@ -41,7 +41,7 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
 for s in $STAGES; do
   case $s in
     gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 300 \
-                 $PY -m pytest -q -m gpu tests -p no:cacheprovider -n "${M2V_TEST_WORKERS:-6}" \
+                 $PY -m pytest -q -m gpu tests -p no:cacheprovider -p no:benchmark -n "${M2V_TEST_WORKERS:-6}" \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
     main|batch|loop|prefill|breakdown|sweep|chunk_sweep)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
@@ -58,7 +58,7 @@ for s in $STAGES; do
           --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section InstructionStats \
           --section MemoryWorkloadAnalysis \
-          $PY tools/profile_call.py --mode="$mode" --batch=128 --calls=3
+          $PY tools/profile_call.py --mode="$mode" --batch=128 --calls=3 ${M2V_PROFILE_ARGS:-}
       done ;;
     *) echo "unknown stage $s"; status=1 ;;
   esac

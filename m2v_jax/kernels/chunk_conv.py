@@ -49,7 +49,7 @@ def _conv_kernel(*, xbc_ref, head_ref, w_ref, bias_ref, post_ref, plan: ChunkPla
         hv = head_ref[b, jnp.clip(src + K - 1, 0, K - 2), cols].astype(f32)
         v = jnp.where((src >= 0)[:, None], v, hv)
       window.append(v)
-    out = rowmath.conv_output(taps, window, bias, plan.y_dtype)
+    out = rowmath.conv_output(taps, window, bias, plan.y_dtype, not plan.interpret)
     post_ref[b, pl.ds(i * BR, BR), cols] = jnp.where((r < Rb)[:, None], out, 0.0)
 
   # Only the first block reaches before the body (conv_rows >= K-1 by the plan).

@@ -19,6 +19,7 @@ recurrence h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, an
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
 SOFTPLUS_THRESHOLD = 20.0
 
@@ -28,16 +29,33 @@ def silu(v):
   return v / (1.0 + jnp.exp(-v))
 
 
-def conv_output(weights, window, bias, dtype):
+def round_to(v, dtype, triton: bool = False):
+  """float32 `v` rounded to the precision of `dtype` (to nearest even), kept in float32.
+
+  `lax.reduce_precision` under XLA, which keeps it where it may drop a float32 -> bfloat16 ->
+  float32 round trip as excess precision (XLA:GPU does); inside a compiled Triton kernel
+  (`triton=True`), which has no rule for it and keeps every conversion, the round trip.
+  """
+  dtype = jnp.dtype(dtype)
+  if dtype == jnp.float32:
+    return v
+  if triton:
+    return v.astype(dtype).astype(jnp.float32)
+  info = jnp.finfo(dtype)
+  return lax.reduce_precision(v, exponent_bits=info.nexp, mantissa_bits=info.nmant)
+
+
+def conv_output(weights, window, bias, dtype, triton: bool = False):
   """One causal-conv output column: silu(sum_k w_k * win_k + bias), rounded to `dtype`.
 
   Args:
     weights: K float32 arrays (the conv taps, oldest first), each broadcastable to the window.
     window: K float32 arrays: the K-1 conv-state columns (oldest first), then the new input.
     bias: float32 conv bias.
-    dtype: the activation dtype: the output is rounded to it (to nearest even), as the causal
-      conv of every Mamba-2 implementation returns its output in the activation dtype; a
-      no-op for float32.
+    dtype: the activation dtype: the output is rounded to it (`round_to`), as the causal conv
+      of every Mamba-2 implementation returns its output in the activation dtype; a no-op
+      for float32.
+    triton: whether this runs inside a compiled Triton kernel (see `round_to`).
 
   Returns:
     The post-conv activation as float32 (holding a `dtype` value). The sum runs left to right
@@ -46,10 +64,7 @@ def conv_output(weights, window, bias, dtype):
   acc = weights[0] * window[0]
   for w, v in zip(weights[1:], window[1:]):
     acc = acc + w * v
-  out = silu(acc + bias)
-  if jnp.dtype(dtype) != jnp.float32:
-    out = out.astype(dtype).astype(jnp.float32)
-  return out
+  return round_to(silu(acc + bias), dtype, triton)
 
 
 def process_dt(dt_raw, dt_bias, dt_limit):

@@ -289,7 +289,8 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
     if plan.compact:
       def replay(j, raw, win, active):
         v = raw.astype(f32)
-        xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype)
+        xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype,
+                                                   not plan.interpret)
         return _sel(active, win[1:] + (v,), win)
 
       win = _rows(0, plan.cap, n_rep, load_rep, replay, win, rep_in)
@@ -301,7 +302,8 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
 
     def new_row(i, raw, win, active):
       v = raw.astype(f32)
-      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype)
+      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype,
+                                                   not plan.interpret)
       new_win = win[1:] + (v,)
       if plan.compact:
         def store_window():
