@@ -1,6 +1,6 @@
-"""Benchmarks of the verify and prefill ops (run on a GPU; see BUILD.md, "GPU checks").
+"""Benchmarks of the verify and prefill ops (run on a GPU; BENCHMARKS.md gives the method).
 
-Method (SPEC §7): every timed step is one jitted dispatch that runs the op once on each of
+Every timed step is one jitted dispatch that runs the op once on each of
 `banks` separate state sets, donated, so every call updates its own set in place. The sets
 together should exceed the L2 cache (60 MB on the H200) so that it cannot hold a set's state
 between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2,
@@ -11,7 +11,7 @@ come first, and a result is the median over blocks with the ratio of means and i
 95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
 and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
 
-    python -m m2v_jax.bench --suites=main,batch,prefill --out=/tmp/bench.json
+    python benchmarks/bench.py --suites=loop,batch,prefill --out=/tmp/bench.json
 """
 
 from __future__ import annotations

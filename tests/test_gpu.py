@@ -1,5 +1,5 @@
 """GPU-only checks: compiled kernels at Nemotron-3.5-Bolt geometry, the rounding canary,
-in-place updates. Skipped on machines without a CUDA GPU (run by tests/run_gpu.sh)."""
+in-place updates. Skipped on machines without a CUDA GPU (run by tools/run_gpu.sh)."""
 
 import re
 

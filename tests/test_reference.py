@@ -1,4 +1,5 @@
-"""The jax.numpy reference against an independent float64 NumPy transcription of SPEC §2-§4."""
+"""The jax.numpy reference against an independent float64 NumPy transcription of one row
+(docs/semantics.md) and of both modes' call semantics."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +12,8 @@ from tests.helpers import assert_bitwise, assert_close, inputs, random_state, sm
 
 
 def np_rows(cfg, p, ssm0, conv0, xbc, dt, z=None):
-  """SPEC §2, row by row, in float64. Returns y [B,R,HP], states [B,R,H,P,N], convs [B,R,C,K-1]."""
+  """One row (docs/semantics.md), row by row, in float64. Returns y [B,R,HP], states
+  [B,R,H,P,N], convs [B,R,C,K-1]."""
   f = lambda a: np.asarray(a, np.float64)
   ssm, conv, xbc, dt = f(ssm0).copy(), f(conv0).copy(), f(xbc), f(dt)
   w, cb, dtb, alog, D = (f(a) for a in p)

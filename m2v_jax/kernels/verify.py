@@ -12,10 +12,13 @@ A call runs two kernels on the Triton lowering:
    of rows to replay, or -1 if the call rejects the sequence). Ownership is disjoint, and
    each program reads what it owns before writing it, so the in-place updates have no races.
 2. `ssm` (grid: P / block_p, batch, heads). Each program owns a [block_p, N] float32 tile of
-   one head's state, kept in registers: it loads it once, replays the pending rows (compact),
-   runs the new rows (state update and y readout), and stores the tile as the snapshot of
-   every row (snapshot mode) or once as the new base (compact mode). It reads the status from
-   `info`, so it can also update the compact `pending` counts in place (prep reads them).
+   one head's state, kept in registers as N / n_cols tiles [block_p, n_cols] (a thread holds
+   the n of one p, so the y readout reduces across n_cols / 4 lanes only): it loads it once,
+   replays the pending rows (compact), runs the new rows (state update and y readout), and
+   stores the tile as the snapshot of every row (snapshot mode) or once as the new base
+   (compact mode). Unrolled calls collect y in a [block_p, R] tile stored once. It reads the
+   status from `info`, so it can also update the compact `pending` counts in place (prep
+   reads them).
 
 Verify-sized calls unroll their row loops and issue each row's loads ahead of the stores of
 earlier rows (`_Lookahead`: all rows up front in prep, `tiles.prefetch` rows ahead in the SSM
@@ -27,8 +30,8 @@ Rows are indexed in the scratch as `RT = R` (snapshot) or `RT = W + R` (compact:
 window rows at 0..W-1, new rows at W..W+R-1).
 
 Both modes run the same kernel functions with a different static `Plan`, call `rowmath` for
-every arithmetic step, and use the same (block_p, num_warps), so their y and states agree
-bitwise. Invalid sequences (bad `state_row`, entry, or `num_rows`, checked on the device) run
+every arithmetic step (with the compiled kernels' fused multiply-add, `backend.fma`), and use
+the same (block_p, num_warps, n_cols), so their y and states agree bitwise. Invalid sequences (bad `state_row`, entry, or `num_rows`, checked on the device) run
 nothing: their state is untouched and their y rows are NaN; padding entries (-1) get y = 0.
 """
 
@@ -111,8 +114,6 @@ class Plan:
   def block_p(self) -> int:
     """P rows per SSM program: the tile's block_p, shrunk to divide P."""
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
-
-  fused = True        # experiment switch (module-level default below)
 
   @property
   def n_cols(self) -> int:
@@ -290,7 +291,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
       def replay(j, raw, win, active):
         v = raw.astype(f32)
         xr_ref[b, j, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype,
-                                                   not plan.interpret)
+                                               not plan.interpret)
         return _sel(active, win[1:] + (v,), win)
 
       win = _rows(0, plan.cap, n_rep, load_rep, replay, win, rep_in)
@@ -302,8 +303,8 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
 
     def new_row(i, raw, win, active):
       v = raw.astype(f32)
-      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias, plan.y_dtype,
-                                                   not plan.interpret)
+      xr_ref[b, off + i, cs] = rowmath.conv_output(taps, list(win) + [v], bias,
+                                                   plan.y_dtype, not plan.interpret)
       new_win = win[1:] + (v,)
       if plan.compact:
         def store_window():
@@ -422,7 +423,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
   HP, GN = cfg.d_inner, G * N
   BP, NC = plan.block_p, plan.n_cols
   tiles_n = [pl.ds(k * NC, NC) for k in range(N // NC)]
-  fma = backend.fma(plan.interpret) if plan.fused else rowmath.unfused
+  fma = backend.fma(plan.interpret)
 
   pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
