@@ -498,7 +498,7 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
 
 # Fields: chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
 # state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps
-# (`config.ChunkTiles`; trailing fields default).
+# (`tiles.ChunkTiles`; trailing fields default).
 DEFAULT_CHUNK_VARIANTS = (
     "64:16:4:2:64:4:16:2:4:1:1", "64:8:4:1:64:4:16:2:4:1:1", "64:32:4:1:64:4:16:2:4:1:1",
     "64:16:4:1:64:4:16:3:4:1:1", "64:16:4:1:64:4:8:2:4:1:1", "64:16:4:1:64:4:16:2:4:2:2",
@@ -507,12 +507,12 @@ DEFAULT_CHUNK_VARIANTS = (
 
 
 def _chunk_tiles(text: str) -> tiles_lib.ChunkTiles:
-  """`config.ChunkTiles` from its fields joined by ":" (trailing fields default)."""
+  """`tiles.ChunkTiles` from its fields joined by ":" (trailing fields default)."""
   return tiles_lib.ChunkTiles(*map(int, text.split(":")))
 
 
 def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS):
-  """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `config.ChunkTiles` fields
+  """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `tiles.ChunkTiles` fields
   joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
   state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps; trailing
   fields default), after the table's entry. Each variant's final state and y are also
@@ -567,7 +567,7 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
 def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
   """Per-kernel device times from a profiler trace: verify at B=1, R=8, state_row 7, in
   both modes, and a chunked prefill of `prefill_rows` rows (B=1, snapshot mode; with
-  `chunk_tiles`, a `config.ChunkTiles`, instead of the table's)."""
+  `chunk_tiles`, a `tiles.ChunkTiles`, instead of the table's)."""
   out = {}
   for mode in (config_lib.SNAPSHOT, config_lib.COMPACT):
     cfg = _geom.replace(replay_mode=mode)
@@ -650,7 +650,7 @@ flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep su
 flags.DEFINE_list("sweep_tiles", list(DEFAULT_TILE_VARIANTS),
                   "verify tiles of the sweep suite, block_p:num_warps:prefetch:n_cols")
 flags.DEFINE_string("breakdown_tiles", "",
-                    "chunked-prefill tiles of the breakdown suite, config.ChunkTiles fields "
+                    "chunked-prefill tiles of the breakdown suite, tiles.ChunkTiles fields "
                     "joined by ':' as in --chunk_variants (default: the table's)")
 flags.DEFINE_list("chunk_variants", list(DEFAULT_CHUNK_VARIANTS),
                   "ChunkTiles of the chunk_sweep suite, fields joined by ':'")

@@ -67,7 +67,7 @@ flags.DEFINE_bool("compare_modes", True, "also decode in the other mode and comp
 flags.DEFINE_string("backend", None, "m2v_jax backend (default: pallas on GPU, else reference)")
 flags.DEFINE_bool("quiet", False, "do not stream the generated text")
 flags.DEFINE_integer("repeats", 3, "timed runs of each variant (speculative per mode, greedy), "
-                     "interleaved; tokens/s are reported as median and range")
+                     "interleaved; tokens/s are reported as median and range", lower_bound=1)
 
 
 def lookup_drafts(tokens: bytes, k: int, max_ngram: int) -> bytes:

@@ -4,11 +4,12 @@ Every kernel test class has a compiled variant (marked `gpu`, skipped where JAX 
 and an interpret-mode variant (runs anywhere). `pytest -m gpu` on a GPU machine runs the
 compiled ones and the GPU-only checks; `pytest -m "not gpu"` everything else.
 
-XLA:CPU contracts a*b+c into a fused multiply-add unless told otherwise; the library's
-rounding policy is "no FMA" (docs/design.md), so the CPU suite runs XLA with
-`--xla_cpu_max_isa=AVX`, which keeps every product and sum rounded on its own, as the GPU
-kernels do. This must be set before JAX initializes its CPU backend. Four host devices let
-the sharding tests run on CPU.
+XLA:CPU contracts a*b+c into a fused multiply-add unless told otherwise. The library's
+rounding policy (docs/design.md) fuses only the multiply-adds it routes through `fma` on the
+GPU and rounds every other product and sum on its own; the CPU suite runs XLA with
+`--xla_cpu_max_isa=AVX`, which keeps XLA:CPU from fusing anything, so interpret mode and the
+reference round as written (without fused multiply-adds). This must be set before JAX
+initializes its CPU backend. Four host devices let the sharding tests run on CPU.
 """
 
 import os

@@ -8,10 +8,12 @@ import numpy as np
 import m2v_jax as m
 
 
-def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, **kw) -> m.Mamba2Config:
+def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
+              **kw) -> m.Mamba2Config:
   """A geometry small enough for interpret mode: H=4, P=8 (16 where the compiled chunked
-  prefill must run: its dots are at least 16 wide), N=16, K=4."""
-  return m.Mamba2Config(nheads=4, headdim=headdim, dstate=16, ngroups=ngroups,
+  prefill must run: its dots are at least 16 wide), N=16 (64 where the SSM kernel's state
+  must span several [block_p, 32] tiles), K=4."""
+  return m.Mamba2Config(nheads=4, headdim=headdim, dstate=dstate, ngroups=ngroups,
                         capacity=capacity, replay_mode=mode, **kw)
 
 

@@ -11,18 +11,14 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch
 from m2v_jax.kernels import backend, chunk_scan
+from tools import kernel_ir
 
 pytestmark = pytest.mark.lowering
 sds = jax.ShapeDtypeStruct
 
 
 def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_tiles=None):
-  E = E or B
-  args = (m.random_params(cfg), m.state_shapes(cfg, E, dtype), sds((B, R, cfg.conv_dim), dtype),
-          sds((B, R, cfg.nheads), dtype), sds((B,), jnp.int32),
-          sds((B, R, cfg.d_inner), dtype) if z else None,
-          sds((B,), jnp.int32) if E != B else None,
-          sds((B,), jnp.int32) if R <= cfg.capacity else None)
+  args = kernel_ir.call_args(cfg, B, R, z, dtype, E)
 
   def f(p, s, x, d, r, z_, ci, nr):
     return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked,

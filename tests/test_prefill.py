@@ -101,6 +101,7 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (B, plan.Rp, cfg.conv_dim) and dtp.shape == (B, plan.Rp, cfg.nheads)
   assert_close(post[:, :Rb], want, 1e-6, "post-conv rows")
+  assert_bitwise(post, post.astype(dtype).astype(jnp.float32), "rounded to the activations")
   assert_bitwise(post[:, Rb:], jnp.zeros_like(post[:, Rb:]), "padding rows")
   assert_bitwise(dtp[:, Rb:], jnp.zeros_like(dtp[:, Rb:]), "padding dt")
   assert_bitwise(conv_end, want_end, "conv state after the body")

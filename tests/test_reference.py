@@ -61,6 +61,23 @@ def test_rows_match_float64_transcription(ngroups, use_z):
   assert_close(c, c64, 1e-7, "conv")
 
 
+def test_conv_output_is_rounded_to_the_activation_dtype():
+  """With bfloat16 activations the reference's conv output holds bfloat16 values, eagerly and
+  under jit (where XLA may drop a float32 -> bfloat16 -> float32 round trip); with the same
+  values as float32 activations it is not rounded."""
+  import jax
+  cfg = small_cfg()
+  p = m.random_params(cfg, 6)
+  rng = np.random.default_rng(6)
+  xbc = jnp.asarray(rng.normal(size=(2, 12, cfg.conv_dim)), jnp.bfloat16)
+  conv0 = jnp.asarray(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.bfloat16)
+  conv = lambda c, x: reference.conv_prefill(cfg, p, c, x)[0]
+  for post in (conv(conv0, xbc), jax.jit(conv)(conv0, xbc)):
+    assert_bitwise(post, post.astype(jnp.bfloat16).astype(jnp.float32), "bfloat16 values")
+  wide = conv(conv0.astype(jnp.float32), xbc.astype(jnp.float32))
+  assert np.count_nonzero(np.asarray(wide) != np.asarray(wide.astype(jnp.bfloat16), np.float32))
+
+
 def test_softplus_threshold_and_large_dt():
   """dt + bias above 20 passes through unchanged (no softplus), below it is softplus'd."""
   raw = jnp.array([-30.0, 0.0, 19.5, 20.0, 20.5, 80.0], jnp.float32)

@@ -104,7 +104,7 @@ class SnapshotChecks:
     rows = np.array([2, S - 1, 0], np.int32)
     xbc, dt = inputs(cfg, B, R, rng=rng)
     before = copy_state(state)
-    y_ref, want = (reference.snapshot_call if True else None)(
+    y_ref, want = reference.snapshot_call(
         cfg, p, m.SnapshotState(*map(jnp.asarray, before)), xbc, dt, jnp.asarray(rows))
     y, got = call(cfg, p, state, xbc, dt, rows, self.backend)
     assert_close(y, y_ref, 1e-5, "y")
@@ -131,6 +131,20 @@ class SnapshotChecks:
     assert_close(got.ssm, want.ssm, 1e-5, "ssm bank")
     assert_bitwise(got.conv, want.conv, "conv bank")
 
+  def test_prep_rounds_the_conv_output_to_the_activation_dtype(self):
+    """The prep kernel's post-conv rows hold bfloat16 values for bfloat16 activations."""
+    from m2v_jax import dispatch
+    from m2v_jax.kernels import verify as verify_kernels
+    cfg = small_cfg()
+    p = m.random_params(cfg, 22)
+    state = random_state(cfg, 2, jnp.bfloat16, rng=np.random.default_rng(22))
+    xbc, dt = inputs(cfg, 2, 8, jnp.bfloat16)
+    plan = dispatch.plan(cfg, self.backend, state, 8, B=2, y_dtype=jnp.bfloat16)
+    xr = verify_kernels.prep(plan, p, state, xbc, dt, jnp.zeros(2, jnp.int32),
+                             jnp.arange(2, dtype=jnp.int32), jnp.full(2, 8, jnp.int32))["xr_ref"]
+    assert np.count_nonzero(np.asarray(xr)) > xr.size // 2
+    assert_bitwise(xr, xr.astype(jnp.bfloat16).astype(jnp.float32), "bfloat16 values")
+
   def test_gate_and_dt_limit(self):
     cfg = small_cfg(dt_limit=(0.01, 0.3))
     p = m.random_params(cfg, 12)
@@ -144,14 +158,16 @@ class SnapshotChecks:
     assert_close(y, y_ref, 1e-5, "y")
     assert_close(got.ssm, want.ssm, 1e-5, "ssm")
 
+  @pytest.mark.parametrize("R,dstate", [(8, 16), (5, 16), (8, 64)])
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-  def test_one_call_of_R_rows_equals_R_calls_of_one_row(self, mode):
-    cfg = small_cfg(mode=mode)
+  def test_one_call_of_R_rows_equals_R_calls_of_one_row(self, mode, R, dstate):
+    """R=8 collects y in a tile, R=5 stores it row by row; dstate=64 spans two state tiles."""
+    cfg = small_cfg(mode=mode, dstate=dstate)
     p = m.random_params(cfg, 13)
     rng = np.random.default_rng(13)
-    B, R = 2, 8
+    B = 2
     xbc, dt = inputs(cfg, B, R, rng=rng)
-    start = random_state(small_cfg(), B, rng=rng)
+    start = random_state(small_cfg(dstate=dstate), B, rng=rng)
     ssm0, conv0 = start.ssm[:, 0], start.conv[:, 0]
     whole = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
     y_all, whole = m.verify(cfg, p, whole, xbc, dt, np.zeros(B, np.int32), backend=self.backend)
@@ -168,6 +184,23 @@ class SnapshotChecks:
     got = m.committed_state(cfg, p, single, np.zeros(B, np.int32), backend=self.backend)
     assert_bitwise(got[0], want[0], "ssm")
     assert_bitwise(got[1], want[1], "conv")
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_state_of_several_tiles_matches_reference(self, mode):
+    """dstate=64: the SSM kernel's state spans two [block_p, 32] tiles, which the readout
+    chains; the kernels against the reference over verifies with partial acceptance."""
+    cfg = small_cfg(mode=mode, dstate=64)
+    p = m.random_params(cfg, 21)
+    rng = np.random.default_rng(21)
+    state, ref = m.init_state(cfg, 2, jnp.float32), m.init_state(cfg, 2, jnp.float32)
+    for R, rows in ((8, [0, 0]), (8, [3, 6]), (5, [7, 2])):
+      xbc, dt, z = inputs(cfg, 2, R, rng=rng, z=True)
+      y, state = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
+      y_ref, ref = m.verify(cfg, p, ref, xbc, dt, rows, z=z, backend="reference")
+      assert_close(y, y_ref, 1e-5, f"y (R={R})")
+    got = m.committed_state(cfg, p, state, [4, 1], backend=self.backend)
+    want = m.committed_state(cfg, p, ref, [4, 1], backend="reference")
+    assert_close(got[0], want[0], 1e-5, "committed ssm")
 
   def test_device_side_invalid_state_row(self):
     """Out-of-range rows known only on the device: entry untouched, y NaN, others unaffected."""
@@ -230,3 +263,14 @@ class TestSnapshotCompiled(SnapshotChecks):
 
 class TestSnapshotInterpret(SnapshotChecks):
   backend = "interpret"
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(n_cols=12), "n_cols: expected a power of two"),
+    (dict(block_p=24), "block_p: expected a power of two"),
+    (dict(num_warps=3), "num_warps: expected a power of two"),
+    (dict(prefetch=-1), "prefetch: expected None or >= 0"),
+    (dict(num_stages=0), "num_stages: expected >= 1")])
+def test_tile_config_is_checked(fields, match):
+  with pytest.raises(ValueError, match=match):
+    m.TileConfig(**{"block_p": 16, "num_warps": 4, **fields})

@@ -7,7 +7,7 @@
 #   OUT=/tmp/gpu bash tools/run_gpu.sh
 #   M2V_STAGES="gpu_tests loop" OUT=/tmp/gpu bash tools/run_gpu.sh
 #
-# Stages (M2V_STAGES, default all but ncu, in this order):
+# Stages (M2V_STAGES; default: gpu_tests main batch loop prefill breakdown decode sanitizer):
 #   gpu_tests    pytest -m gpu: the compiled variant of every kernel test class and the GPU-only
 #                checks (Bolt geometry, rounding canary, in-place updates, 2-GPU sharding)
 #   main batch loop prefill breakdown sweep chunk_sweep

@@ -81,7 +81,7 @@ class ChunkPlan:
     E, B: pool entries, sequences.
     has_z: gate.
     y_dtype: activation dtype.
-    tiles: launch parameters (`config.ChunkTiles`).
+    tiles: launch parameters (`tiles.ChunkTiles`).
     interpret: Pallas interpret mode.
 
   Raises:

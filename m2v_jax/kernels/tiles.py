@@ -24,6 +24,9 @@ def pow2_divisor(n: int, cap: int) -> int:
 class TileConfig:
   """Launch parameters of the serial (verify) kernels (`kernels.verify`).
 
+  Raises:
+    ValueError: a size that is not a power of two, num_stages below 1, a negative prefetch.
+
   Attributes:
     block_p: rows of P one SSM program owns (a [block_p, N] f32 state tile in registers).
     num_warps: warps per SSM program. (block_p, num_warps) fixes the reduction order of the
@@ -48,6 +51,16 @@ class TileConfig:
   unroll: bool = True
   prefetch: int | None = 1
   n_cols: int = 32
+
+  def __post_init__(self):
+    for name in ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"):
+      v = getattr(self, name)
+      if v < 1 or v & (v - 1):
+        raise ValueError(f"TileConfig.{name}: expected a power of two, got {v}")
+    if self.num_stages < 1:
+      raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
+    if self.prefetch is not None and self.prefetch < 0:
+      raise ValueError(f"TileConfig.prefetch: expected None or >= 0, got {self.prefetch}")
 
 
 # TileConfig by (nheads, headdim, dstate).

@@ -31,8 +31,9 @@ window rows at 0..W-1, new rows at W..W+R-1).
 
 Both modes run the same kernel functions with a different static `Plan`, call `rowmath` for
 every arithmetic step (with the compiled kernels' fused multiply-add, `backend.fma`), and use
-the same (block_p, num_warps, n_cols), so their y and states agree bitwise. Invalid sequences (bad `state_row`, entry, or `num_rows`, checked on the device) run
-nothing: their state is untouched and their y rows are NaN; padding entries (-1) get y = 0.
+the same (block_p, num_warps, n_cols), so their y and states agree bitwise. Invalid
+sequences (bad `state_row`, entry, or `num_rows`, checked on the device) run nothing: their
+state is untouched and their y rows are NaN; padding entries (-1) get y = 0.
 """
 
 from __future__ import annotations
