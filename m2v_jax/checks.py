@@ -62,6 +62,7 @@ def _host_int_array(name, a, B):
 
 
 def config(cfg) -> None:
+  """Raises TypeError unless `cfg` is a `Mamba2Config`."""
   if not isinstance(cfg, config_lib.Mamba2Config):
     raise TypeError(f"cfg: expected m2v_jax.Mamba2Config, got {type(cfg).__name__}")
 

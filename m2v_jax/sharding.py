@@ -109,8 +109,16 @@ def _specs(state, h, b):
 def put(mesh: jax.sharding.Mesh, *, head_axis: str, batch_axis: str | None = None, params=None,
         state=None):
   """Places params and a state pool (both in TP layout) on `mesh` as `sharded` splits them,
-  so that the first sharded call can update the state in place. Returns (params, state)
-  (None for those not given)."""
+  so that the first sharded call can update the state in place.
+
+  Args:
+    mesh, head_axis, batch_axis: as `sharded`.
+    params: `LayerParams` in TP layout, or None.
+    state: a state pool in TP layout, or None.
+
+  Returns:
+    (params, state) placed on the mesh (None for those not given).
+  """
   leaf_specs = lambda tree, specs: jax.tree.map(
       lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec)), tree, specs)
   p_spec, s_spec = _specs(state, head_axis, batch_axis)

@@ -12,6 +12,15 @@ import dataclasses
 from m2v_jax import config as config_lib
 
 
+def _check_powers_of_two(tiles, names) -> None:
+  """Raises ValueError naming the first field of `tiles` in `names` that is not a power of
+  two."""
+  for name in names:
+    v = getattr(tiles, name)
+    if v < 1 or v & (v - 1):
+      raise ValueError(f"{type(tiles).__name__}.{name}: expected a power of two, got {v}")
+
+
 def pow2_divisor(n: int, cap: int) -> int:
   """Largest power of two that divides n and is <= cap."""
   d = 1
@@ -53,10 +62,7 @@ class TileConfig:
   n_cols: int = 32
 
   def __post_init__(self):
-    for name in ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"):
-      v = getattr(self, name)
-      if v < 1 or v & (v - 1):
-        raise ValueError(f"TileConfig.{name}: expected a power of two, got {v}")
+    _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.prefetch is not None and self.prefetch < 0:
@@ -132,12 +138,9 @@ class ChunkTiles:
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    for name in ("chunk", "block_p", "num_warps", "local_block_p", "state_warps",
-                 "state_heads", "out_warps", "out_heads", "conv_rows", "conv_cols",
-                 "conv_warps"):
-      v = getattr(self, name)
-      if v < 1 or v & (v - 1):
-        raise ValueError(f"ChunkTiles.{name}: expected a power of two, got {v}")
+    _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
+                                "state_warps", "state_heads", "out_warps", "out_heads",
+                                "conv_rows", "conv_cols", "conv_warps"))
 
 
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
