@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 from jax import lax
 
 from m2v_jax import config as config_lib
@@ -407,8 +408,8 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
 
   def fn(state, params, xbc, dt, rows, nrows, call):
     r, j = call
-    y, state = dispatch.kernel_call(cfg, _backend_name, params, state, xbc, dt, rows[r, j],
-                                    None, ci, nrows[r, j])
+    y, state = dispatch.call(params, state, xbc, dt, rows[r, j], None, ci, nrows[r, j],
+                             cfg=cfg, backend=_backend_name, chunked=False)
     return state, y
 
   warm = None
@@ -643,7 +644,8 @@ flags.DEFINE_integer("blocks", 15, "timed blocks per case")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
 flags.DEFINE_enum("geometry", "bolt", list(GEOMETRY), "layer geometry (small: a CPU smoke run)")
 flags.DEFINE_enum("backend", config_lib.PALLAS, list(config_lib.BACKENDS), "kernel backend")
-flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch suite")
+flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch and loop suites "
+                  "(the batch suite leaves B=1 to the main suite)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
@@ -660,7 +662,12 @@ flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 def main(argv):
   del argv
   global _geom, _backend_name
-  _geom, _backend_name = GEOMETRY[FLAGS.geometry], FLAGS.backend
+  logging.set_verbosity(logging.WARNING)     # JAX's INFO lines (backends it did not find)
+  try:
+    _backend_name = config_lib.resolve_backend(FLAGS.backend)
+  except ValueError as err:
+    sys.exit(f"bench.py: {err}")
+  _geom = GEOMETRY[FLAGS.geometry]
   dtype = jnp.dtype(FLAGS.dtype)
   bw = copy_bandwidth(FLAGS.copy_mib * MiB)
   dev = jax.devices()[0]

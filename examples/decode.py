@@ -32,7 +32,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model as model_lib  # noqa: E402
@@ -57,10 +57,12 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("weights", os.path.join(HERE, "weights", "mamba2_stdlib.npz"), "model .npz")
 flags.DEFINE_string("prompt", DEFAULT_PROMPT, "prompt text")
 flags.DEFINE_string("prompt_file", None, "read the prompt from this file instead")
-flags.DEFINE_integer("max_new_tokens", 256, "bytes to generate")
+flags.DEFINE_integer("max_new_tokens", 256, "bytes to generate (the first comes from the "
+                     "prefill)", lower_bound=2)
 flags.DEFINE_integer("rows", 8, "rows per verify call (last token + rows-1 drafts); the "
-                     "state capacity S = W")
-flags.DEFINE_integer("ngram", 3, "longest n-gram the prompt-lookup drafter matches")
+                     "state capacity S = W", lower_bound=1)
+flags.DEFINE_integer("ngram", 3, "longest n-gram the prompt-lookup drafter matches",
+                     lower_bound=1)
 flags.DEFINE_enum("replay_mode", "snapshot", ["snapshot", "compact", "0", "1"],
                   "replay mode (ONNX Runtime's 0 | 1 = snapshot | compact)")
 flags.DEFINE_bool("compare_modes", True, "also decode in the other mode and compare")
@@ -120,7 +122,7 @@ class Decoder:
     states = self.fresh_states()
     toks = jnp.asarray(np.frombuffer(prompt, np.uint8).astype(np.int32)[None])
     logits, states = self._prefill(self.params, states, toks, jnp.zeros((1,), jnp.int32))
-    first = int(jnp.argmax(logits[0, -1]))
+    first = int(np.argmax(np.asarray(logits)[0, -1]))      # on the host: no op to compile
     return first, states, min(len(prompt), self.R) - 1
 
   def run(self, prompt: bytes, max_new: int, speculative: bool, ngram: int, stream=None):
@@ -145,7 +147,7 @@ class Decoder:
       n = 1 + len(drafts)
       logits, states = self._verify(self.params, states, jnp.asarray(toks),
                                     jnp.asarray([row], jnp.int32), jnp.asarray([n], jnp.int32))
-      preds = np.asarray(jnp.argmax(logits[0, :n], axis=-1))
+      preds = np.argmax(np.asarray(logits)[0, :n], axis=-1)  # host: no compile for each n
       k = 0
       while k < len(drafts) and drafts[k] == preds[k]:
         k += 1
@@ -162,9 +164,12 @@ class Decoder:
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)     # JAX's INFO lines (backends it did not find)
   cfg, params, meta = model_lib.load(FLAGS.weights)
   params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
   if FLAGS.prompt_file:
+    if not os.path.isfile(FLAGS.prompt_file):
+      sys.exit(f"decode.py: --prompt_file={FLAGS.prompt_file}: no such file")
     with open(FLAGS.prompt_file, "rb") as fh:
       prompt = fh.read()
   else:
@@ -219,23 +224,24 @@ def main(argv):
   ok = True
   spec, acc, _, pre, drafts = runs[(mode, True)][0]
   greedy = runs[(mode, False)][0][0]
-  calls = len(acc)
   print(f"\nprefill: {len(prompt)} tokens in {pre * 1e3:.1f} ms ({len(prompt) / pre:.0f} "
         f"tokens/s, first run)")
+  # Tokens per call count the verify calls' tokens: the first token comes from the prefill.
+  per_call = lambda res: (len(res[0]) - 1) / max(len(res[1]), 1)
   for m in modes:
     res = runs[(m, True)]
-    print(f"speculative [{m}]: {len(res[0][0])} tokens in {len(res[0][1])} verify calls "
-          f"({len(res[0][0]) / max(len(res[0][1]), 1):.2f} tokens per call), tokens/s "
+    print(f"speculative [{m}]: {len(res[0][0])} tokens, {len(res[0][1])} verify calls "
+          f"({per_call(res[0]):.2f} tokens per call), tokens/s "
           f"{spread([rate(x) for x in res])}")
   res = runs[(mode, False)]
-  print(f"greedy [{mode}]: {len(greedy)} tokens in {len(res[0][1])} calls, tokens/s "
+  print(f"greedy [{mode}]: {len(greedy)} tokens, {len(res[0][1])} calls, tokens/s "
         f"{spread([rate(x) for x in res])}")
   speedup = [rate(s_) / rate(g) for s_, g in zip(runs[(mode, True)], runs[(mode, False)])]
   print(f"acceptance: {sum(acc)} of {sum(drafts)} draft rows accepted "
         f"({sum(acc) / max(sum(drafts), 1):.1%}); speed-up over greedy "
         f"{np.median(speedup):.2f}x (median of {len(speedup)} paired runs; "
-        f"{min(speedup):.2f}-{max(speedup):.2f}x; at most about {len(spec) / max(calls, 1):.2f}x, "
-        f"the tokens per call)")
+        f"{min(speedup):.2f}-{max(speedup):.2f}x; at most about "
+        f"{per_call(runs[(mode, True)][0]):.2f}x, the tokens per call)")
   for m, spec_run in ((m, True) for m in modes):
     for i, res in enumerate(runs[(m, spec_run)]):
       if res[0] != greedy:

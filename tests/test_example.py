@@ -77,6 +77,7 @@ def test_decoder_marks_the_prompt_and_reports_spread():
   assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
   text = out.stdout
   assert "----- prompt (178 bytes) -----" in text
+  assert "Unable to initialize backend" not in out.stderr    # JAX's INFO lines are quiet
   assert "----- generated (snapshot, speculative)" in text
   assert text.count("(median of 2;") == 3          # two modes speculative, greedy
   assert "median of 2 paired runs" in text

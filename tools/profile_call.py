@@ -10,6 +10,7 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,13 @@ flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:prefetch:n_co
 
 def main(argv):
   del argv
+  try:
+    backend = m.resolve_backend(None)
+  except ValueError as err:
+    sys.exit(f"profile_call.py: {err}")
+  if backend != "pallas":
+    sys.exit("profile_call.py: profiles the compiled kernels: needs a GPU "
+             f"(the backend here is {backend!r})")
   cfg = m.BOLT.replace(replay_mode=FLAGS.mode)
   B, R, dtype = FLAGS.batch, FLAGS.rows, jnp.dtype(FLAGS.dtype)
   rng = np.random.default_rng(0)
@@ -45,7 +53,7 @@ def main(argv):
     tiles = dataclasses.replace(tiles, block_p=int(bp), num_warps=int(w),
                                 prefetch=None if pf == "all" else int(pf), n_cols=int(nc))
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
-  step = jax.jit(lambda s, r: dispatch.kernel_call(cfg, m.resolve_backend(None), params, s, xbc,
+  step = jax.jit(lambda s, r: dispatch.kernel_call(cfg, backend, params, s, xbc,
                                                    dt, r, None, ci, nr, tiles),
                  donate_argnums=0)
   _, state = step(state, jnp.zeros((B,), jnp.int32))     # warm-up: R rows pending everywhere
