@@ -107,12 +107,10 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
   return y, ssm_k, conv_k
 
 
-def _entries(state_pool_size, Bsz, cache_indices):
+def _entries(E, Bsz, cache_indices):
+  """(cache_indices [B], the entry to address: itself if in [0, E), else 0)."""
   idx = jnp.arange(Bsz, dtype=jnp.int32) if cache_indices is None else cache_indices
-  in_pool = (idx >= 0) & (idx < state_pool_size)
-  pad = idx == -1
-  safe = jnp.where(in_pool, idx, 0)
-  return idx, in_pool, pad, safe
+  return idx, status.safe_entry(idx, E)
 
 
 def finish_y(y, valid, pad, dtype):
@@ -129,8 +127,7 @@ def _scatter(pool, idx, write, new):
 
 
 def _n_rows(num_rows, Bsz, R):
-  n = jnp.full((Bsz,), R, jnp.int32) if num_rows is None else num_rows
-  return n, (n >= 1) & (n <= R)
+  return jnp.full((Bsz,), R, jnp.int32) if num_rows is None else num_rows
 
 
 def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
@@ -141,11 +138,10 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   """
   E, S = state.ssm.shape[:2]
   Bsz, R, _ = xbc.shape
-  idx, in_pool, pad, safe = _entries(E, Bsz, cache_indices)
-  n, n_ok = _n_rows(num_rows, Bsz, R)
-  row_ok = status.row_ok(False, S, state_row, None)
-  valid = in_pool & row_ok & n_ok
-  srow = jnp.where(row_ok, state_row, 0)
+  idx, safe = _entries(E, Bsz, cache_indices)
+  n = _n_rows(num_rows, Bsz, R)
+  valid, pad, _ = status.sequence_status(False, S, E, R, idx, state_row, n, None)
+  srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
   keep = min(R, S)
   y, ssm_k, conv_k = rows(cfg, params, state.ssm[safe, srow], state.conv[safe, srow],
                           xbc, dt, z, n, keep)
@@ -166,9 +162,7 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   Returns (ssm [B, H, P, N] f32, conv [B, C, K-1] f32, n_replay [B] int32). Rows with
   nothing pending return the base itself.
   """
-  W = state.win_xbc.shape[1]
-  pend = state.pending[safe]
-  n_rep = jnp.clip(jnp.where(pend > 0, state_row + 1, 0), 0, W)
+  n_rep = status.rows_to_replay(state.win_xbc.shape[1], state_row, state.pending[safe])
   _, ssm_k, conv_k = rows(cfg, params, state.ssm[safe], state.conv[safe], state.win_xbc[safe],
                           state.win_dt[safe], None, n_rep, keep=1)
   return ssm_k[:, 0], conv_k[:, 0], n_rep
@@ -182,9 +176,9 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
   """
   E, W = state.win_xbc.shape[:2]
   Bsz, R, _ = xbc.shape
-  idx, in_pool, pad, safe = _entries(E, Bsz, cache_indices)
-  n, n_ok = _n_rows(num_rows, Bsz, R)
-  valid = in_pool & status.row_ok(True, W, state_row, state.pending[safe]) & n_ok
+  idx, safe = _entries(E, Bsz, cache_indices)
+  n = _n_rows(num_rows, Bsz, R)
+  valid, pad, _ = status.sequence_status(True, W, E, R, idx, state_row, n, state.pending[safe])
   ssm0, conv0, _ = fold(cfg, params, state, state_row, safe)
   commit = max(R - W, 0)
   ys = []
@@ -221,14 +215,15 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   """
   E = state.ssm.shape[0]
   Bsz = state_row.shape[0]
-  _, in_pool, _, safe = _entries(E, Bsz, cache_indices)
-  if isinstance(state, SnapshotState):
-    S = state.ssm.shape[1]
-    ok = in_pool & status.row_ok(False, S, state_row, None)
+  idx, safe = _entries(E, Bsz, cache_indices)
+  compact = isinstance(state, CompactState)
+  pending = state.pending[safe] if compact else None
+  ok, _, _ = status.sequence_status(compact, cfg.capacity, E, 0, idx, state_row,
+                                    jnp.zeros_like(state_row), pending)
+  if not compact:
     srow = jnp.where(ok, state_row, 0)
     ssm, conv = state.ssm[safe, srow], state.conv[safe, srow]
   else:
-    ok = in_pool & status.row_ok(True, state.win_xbc.shape[1], state_row, state.pending[safe])
     ssm, conv, _ = fold(cfg, params, state, state_row, safe)
     conv = conv.astype(state.conv.dtype)
   return mask_invalid(ssm, ok), mask_invalid(conv, ok)

@@ -48,14 +48,16 @@ def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pend
     n_replay = window rows to fold first (compact), clipped to [0, cap].
   """
   in_pool = (entry >= 0) & (entry < E)
-  if compact:
-    row_valid = row_ok(compact, cap, row, pending, xp)
-    n_replay = xp.clip(xp.where(pending > 0, row + 1, 0), 0, cap)
-  else:
-    row_valid = row_ok(compact, cap, row, pending, xp)
-    n_replay = xp.zeros_like(row)
+  row_valid = row_ok(compact, cap, row, pending, xp)
+  n_replay = rows_to_replay(cap, row, pending, xp) if compact else xp.zeros_like(row)
   n_ok = (n >= 1) & (n <= R) if R else (n == 0)
   return in_pool & row_valid & n_ok, entry == -1, n_replay
+
+
+def rows_to_replay(cap: int, row, pending, xp=jnp):
+  """Compact: window rows a call folds into the base, `row + 1` (0 with nothing pending),
+  clipped to [0, cap] (W)."""
+  return xp.clip(xp.where(pending > 0, row + 1, 0), 0, cap)
 
 
 def safe_entry(entry, E: int):

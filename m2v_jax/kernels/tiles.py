@@ -47,9 +47,9 @@ class TileConfig:
       the stores of earlier rows) rather than as `fori_loop`s; see `kernels.verify`.
     prefetch: rows the SSM kernel loads ahead of the row it computes (None: all rows up
       front). Each prefetched row holds its x, B and C slices in registers.
-    n_cols: the SSM kernel holds its state tile as [N / n_cols, block_p, n_cols] (a power of
-      two, at most N): n_cols / 4 lanes share a row of N, the other lanes and the warps take
-      P. It fixes the y readout's reduction order like (block_p, num_warps).
+    n_cols: the SSM kernel holds its state tile as N / n_cols tiles [block_p, n_cols] (a
+      power of two, at most N): n_cols / 4 lanes share a row of N, the other lanes and the
+      warps take P. It fixes the y readout's reduction order like (block_p, num_warps).
   """
 
   block_p: int
