@@ -6,7 +6,7 @@ Everything here runs before any kernel, so a rejected call loses no state:
 - `state_row`, `cache_indices` and `num_rows` given as host values (Python ints, lists,
   NumPy arrays) and out of range: ValueError naming the sequence and the allowed range, by
   the rule of `m2v_jax.status` (the kernels apply the same rule on the device to values only
-  known there).
+  known there, and to compact mode's pending counts, which the host never reads).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: 
       num_rows = nr
     else:
       expect("num_rows", num_rows, (B,), (jnp.int32,))
-  state_row = state_rows(cfg, st, state_row, B, cache_indices)
+  state_row = state_rows(cfg, state_row, B, cache_indices)
   return state_row, cache_indices, num_rows
 
 
@@ -161,34 +161,24 @@ def entries(cache_indices, B, E):
   return ci
 
 
-def state_rows(cfg, st, state_row, B, cache_indices):
-  """Checks `state_row` [B]: a device array by shape and dtype; host values by
-  `status.row_ok` for every live sequence. In compact mode the exact rule needs the pending
-  counts, read from the device when `cache_indices` is known on the host. Returns it (host
-  values as int32 NumPy)."""
+def state_rows(cfg, state_row, B, cache_indices):
+  """Checks `state_row` [B]: a device array by shape and dtype; host values against the
+  static range 0 <= state_row < capacity for every live sequence. Compact mode's exact rule
+  (below the entry's pending count, or 0 with nothing pending) needs the pool's pending
+  counts, which live on the device: the kernels apply it (`status.row_ok`) and reject the
+  sequence, so a host check never waits for the device. Returns it (host values as int32
+  NumPy)."""
   if not is_host(state_row):
     expect("state_row", state_row, (B,), (jnp.int32,))
     return state_row
   rows = _host_int_array("state_row", state_row, B)
-  host_entries = cache_indices is None or is_host(cache_indices)
-  entries = np.arange(B) if cache_indices is None else (
-      np.asarray(cache_indices) if host_entries else np.zeros(B, np.int32))
-  live = entries >= 0
-  exact = cfg.compact and host_entries and not isinstance(st.pending, jax.core.Tracer)
-  if exact:
-    pending = np.asarray(st.pending)[np.maximum(entries, 0)]
-    ok = status.row_ok(True, cfg.capacity, rows, pending, xp=np)
-  else:
-    ok = status.row_ok(False, cfg.capacity, rows, None, xp=np)
-  bad = np.flatnonzero(live & ~ok)
+  entries = (np.arange(B) if cache_indices is None or not is_host(cache_indices)
+             else np.asarray(cache_indices))
+  ok = status.row_ok(False, cfg.capacity, rows, None, xp=np)
+  bad = np.flatnonzero((entries >= 0) & ~ok)
   if bad.size:
     b = int(bad[0])
-    r = rows[b]
-    if not exact:
-      which = "W" if cfg.compact else "S"
-      raise ValueError(f"state_row[{b}]={r}: expected 0 <= state_row < {which}={cfg.capacity}")
-    if pending[b] > 0:
-      raise ValueError(f"state_row[{b}]={r}: expected 0 <= state_row < {pending[b]} "
-                       f"(the rows pending for that sequence)")
-    raise ValueError(f"state_row[{b}]={r}: expected 0 (nothing is pending for that sequence)")
+    which = "W" if cfg.compact else "S"
+    raise ValueError(f"state_row[{b}]={rows[b]}: expected 0 <= state_row < {which}="
+                     f"{cfg.capacity}")
   return rows

@@ -10,7 +10,9 @@ Bad input (see `m2v_jax.checks` and `m2v_jax.status`):
 - shapes, dtypes, group counts, R above a verify call's capacity: ValueError / TypeError at
   trace time naming the argument, what was expected and what came;
 - `state_row` (and `cache_indices`, `num_rows`) given as host values (Python ints, lists,
-  NumPy arrays) and out of range: ValueError naming the sequence and the allowed range;
+  NumPy arrays) and out of range: ValueError naming the sequence and the allowed range
+  (compact `state_row`: the static range [0, W); the pending-count rule is checked on the
+  device, as below, so no call reads the pool back to the host);
 - device values out of range: no out-of-bounds access; that sequence's entry is left exactly
   as it was and its y rows are NaN. `verify_checked` additionally returns a checkify error
   naming the first bad sequence.
@@ -52,7 +54,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     state: `SnapshotState` or `CompactState` pool with E entries; donated when called eagerly.
     xbc: [B, R, C] raw (pre-conv) `[x | B | C]` inputs; float32, bfloat16 or float16.
     dt: [B, R, H] raw dt (before dt_bias and softplus); any of those float dtypes.
-    state_row: [B] int32: the starting row (see above). Host values are range-checked.
+    state_row: [B] int32: the starting row (see above). Host values are range-checked
+      ([0, S) or [0, W); see the module docstring).
     z: optional [B, R, H*P] gate in xbc's dtype; y *= silu(z). (Nemotron-style models pass
       none and apply a gated RMSNorm outside.)
     cache_indices: optional [B] int32 pool entries; -1 marks padding (nothing read or
@@ -148,7 +151,7 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
   E = state.ssm.shape[0]
   B = np.shape(state_row)[0] if np.ndim(state_row) else E
   cache_indices = checks.entries(cache_indices, B, E)
-  state_row = checks.state_rows(cfg, state, state_row, B, cache_indices)
+  state_row = checks.state_rows(cfg, state_row, B, cache_indices)
   if cache_indices is not None:
     cache_indices = jnp.asarray(cache_indices, jnp.int32)
   return dispatch.committed(params, state, jnp.asarray(state_row, jnp.int32), cache_indices,

@@ -161,24 +161,38 @@ class CompactChecks:
     for name, a, b in zip(type(after)._fields, after, before):
       assert_bitwise(np.asarray(a)[0], b[0], f"sequence 0 {name}")
     assert np.asarray(after.pending).tolist() == [5, 3, 3]
-    # The host-side check names the sequence and the allowed range.
     state = m.CompactState(*map(jnp.asarray, before))
-    with pytest.raises(ValueError, match=rf"state_row\[0\]={bad}: expected 0 <= state_row < "):
-      m.verify(cfg, p, state, xbc, dt, np.array([bad, 2, 4], np.int32), backend=self.backend)
-    for a, b in zip(state, before):
-      assert_bitwise(a, b, "state after the rejected call")
+    host_rows = np.array([bad, 2, 4], np.int32)
+    if not 0 <= bad < cfg.capacity:
+      # Outside [0, W): the host check names the sequence and the range, before any launch.
+      with pytest.raises(ValueError, match=rf"state_row\[0\]={bad}: expected 0 <= state_row < "
+                                           rf"W={cfg.capacity}"):
+        m.verify(cfg, p, state, xbc, dt, host_rows, backend=self.backend)
+      for a, b in zip(state, before):
+        assert_bitwise(a, b, "state after the rejected call")
+    else:
+      # In [0, W) but at or past the pending rows: the host does not read the pool's pending
+      # counts, so the kernels reject it exactly as they do a device value.
+      y_host, after_host = m.verify(cfg, p, state, xbc, dt, host_rows, backend=self.backend)
+      assert_bitwise(np.asarray(y_host), np.asarray(y), "y of host vs device state_row")
+      for name, a, b in zip(type(after)._fields, after_host, after):
+        assert_bitwise(a, b, f"{name} of host vs device state_row")
 
   def test_nothing_pending_requires_row_zero(self):
     cfg = small_cfg(mode="compact")
     p = m.random_params(cfg, 6)
     state = m.init_state(cfg, 2, jnp.float32)
     xbc, dt = inputs(cfg, 2, 3)
-    with pytest.raises(ValueError, match=r"state_row\[1\]=1: expected 0 \(nothing is pending"):
-      m.verify(cfg, p, state, xbc, dt, np.array([0, 1], np.int32), backend=self.backend)
-    y, state = m.verify(cfg, p, state, xbc, dt, jnp.asarray([0, 1], jnp.int32),
-                        backend=self.backend)
-    assert np.all(np.isnan(np.asarray(y)[1])) and not np.any(np.isnan(np.asarray(y)[0]))
-    assert np.asarray(state.pending).tolist() == [3, 0]
+    # Host and device values alike: nothing pending, so only row 0 is accepted (checked in
+    # the kernels; the host check does not read the pending counts).
+    for rows in (np.array([0, 1], np.int32), jnp.asarray([0, 1], jnp.int32)):
+      y, after = m.verify(cfg, p, m.init_state(cfg, 2, jnp.float32), xbc, dt, rows,
+                          backend=self.backend)
+      assert np.all(np.isnan(np.asarray(y)[1])) and not np.any(np.isnan(np.asarray(y)[0]))
+      assert np.asarray(after.pending).tolist() == [3, 0]
+    _, _, err = m.verify_checked(cfg, p, state, xbc, dt, np.array([0, 1], np.int32),
+                                 backend=self.backend)
+    assert "state_row rejected for sequence 1: state_row=1" in err.get()
 
   def test_committed_state_restore_and_conversion(self):
     """Capture the committed state in compact mode, restore it in either mode, continue alike."""

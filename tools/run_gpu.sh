@@ -14,7 +14,8 @@
 #                benchmarks/bench.py suites of those names (-> NAME.json)
 #   decode       the example decoder in both modes, timed
 #   sanitizer    compute-sanitizer (memcheck, initcheck, synccheck, racecheck) over
-#                tools/sanitize_calls.py (-> sanitizer_TOOL.log)
+#                tools/sanitize_calls.py (-> sanitizer_TOOL.log) at M2V_SANITIZER_GEOMETRY
+#                (default small: 8 heads of Bolt's head shape, the same tiles)
 #   ncu          ncu --clock-control none, a short metric list, on the SSM kernel of
 #                tools/profile_call.py (compact and snapshot, B=32, R=8, mixed rows)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
@@ -58,8 +59,9 @@ for s in $STAGES; do
               --repeats=5 ;;
     sanitizer)
       for tool in memcheck initcheck synccheck racecheck; do
-        stage "sanitizer_$tool" 300 compute-sanitizer --tool "$tool" --kernel-name kns=m2v \
-          --print-limit 20 $PY tools/sanitize_calls.py
+        stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --kernel-name kns=m2v \
+          --print-limit 20 $PY tools/sanitize_calls.py \
+          --geometry="${M2V_SANITIZER_GEOMETRY:-small}"
       done ;;
     ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
       for mode in compact snapshot; do

@@ -1,5 +1,5 @@
 """The compiled kernels' calls that `compute-sanitizer` checks (tools/run_gpu.sh, stage
-`sanitizer`): Bolt geometry, both modes, a pool of 6 entries for 4 sequences, with
+`sanitizer`): both modes, a pool of 6 entries for 4 sequences, with
 
 - padding (a -1 entry), a device-side rejected `state_row`, an out-of-range entry;
 - `num_rows` below R, and the gate z;
@@ -8,20 +8,28 @@
 
     compute-sanitizer --tool initcheck --kernel-name kns=m2v python tools/sanitize_calls.py
 
+`--geometry=bolt` (default) runs Bolt's layer (128 heads); `--geometry=small` runs 8 heads of
+Bolt's head shape (the same tiles and kernels, 16x fewer programs), for the tools that
+instrument every access (initcheck, racecheck) and take minutes on the full layer.
+
 Each call's results are checked loosely (finite where valid, NaN where rejected) so that a
 run that silently computed nothing fails here too.
 """
 
 from __future__ import annotations
 
+import argparse
+
 import jax.numpy as jnp
 import numpy as np
 
 import m2v_jax as m
 
+GEOMETRIES = {"bolt": m.BOLT, "small": m.BOLT.replace(nheads=8, ngroups=2)}
 
-def run(mode: str) -> None:
-  cfg = m.BOLT.replace(replay_mode=mode)
+
+def run(mode: str, geometry: str) -> None:
+  cfg = GEOMETRIES[geometry].replace(replay_mode=mode)
   rng = np.random.default_rng(0)
   p = m.random_params(cfg)
   E, B = 6, 4
@@ -52,9 +60,13 @@ def run(mode: str) -> None:
                          cache_indices=i32([4, -1, 5, 1]), chunked=chunked)
     y = np.asarray(y, np.float32)
     assert not np.any(y[1]) and np.all(np.isfinite(y[[0, 2, 3]])), (R, chunked)
-  print(f"{mode}: done")
+  print(f"{mode} ({geometry}): done")
 
 
 if __name__ == "__main__":
-  for mode in ("snapshot", "compact"):
-    run(mode)
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--geometry", choices=sorted(GEOMETRIES), default="bolt")
+  parser.add_argument("--modes", default="snapshot,compact")
+  args = parser.parse_args()
+  for mode in args.modes.split(","):
+    run(mode, args.geometry)
