@@ -40,7 +40,7 @@ status=0
 stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   local name=$1 var="M2V_LIMIT_${1^^}"; local limit=${!var:-$2}; shift 2
   echo "=== $name (limit ${limit}s) $(date -u +%T) ==="
-  timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
+  timeout -k 10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
   echo "=== $name: exit $rc $(date -u +%T) ==="
   [ "$rc" = 0 ] || status=1
@@ -57,12 +57,19 @@ for s in $STAGES; do
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;
-    sanitizer)
-      for tool in memcheck initcheck synccheck racecheck; do
-        stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --kernel-name kns=m2v \
-          --print-limit 20 $PY tools/sanitize_calls.py \
-          --geometry="${M2V_SANITIZER_GEOMETRY:-small}"
-      done ;;
+    sanitizer)  # one plain run fills a compilation cache, so the tools' runs compile nothing
+      export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/m2v_jax_cache} \
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
+      san=(tools/sanitize_calls.py --geometry="${M2V_SANITIZER_GEOMETRY:-small}")
+      stage sanitizer_warm 120 $PY "${san[@]}"
+      for tool in ${M2V_SANITIZER_TOOLS:-memcheck synccheck initcheck racecheck}; do
+        # Every kernel is checked, XLA's too: with a --kernel-name filter, initcheck does not
+        # see the stores of the kernels it skips and reports their outputs as uninitialized.
+        stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --print-limit 20 \
+          $PY "${san[@]}"
+        pkill -9 -f "[s]anitize_calls.py --geometry"  # a timed-out run still holds the GPU
+      done
+      rm -rf "$JAX_COMPILATION_CACHE_DIR" ;;
     ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
       for mode in compact snapshot; do
         stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:m2v_ssm \
