@@ -58,7 +58,8 @@ for s in $STAGES; do
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;
     sanitizer)  # one plain run fills a compilation cache, so the tools' runs compile nothing
-      export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/m2v_jax_cache} \
+      # One device allocation per buffer (no preallocated pool for the tools to track).
+      export XLA_PYTHON_CLIENT_ALLOCATOR=platform JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/m2v_jax_cache} \
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
       san=(tools/sanitize_calls.py --geometry="${M2V_SANITIZER_GEOMETRY:-small}")
       stage sanitizer_warm 120 $PY "${san[@]}"
