@@ -99,7 +99,7 @@ def state(cfg: config_lib.Mamba2Config, st, dtype) -> int:
                                   else jnp.float32)
   for name in type(st)._fields:
     want = getattr(shapes, name)
-    dts = conv_dtypes if name == "conv" else (want.dtype,)
+    dts = {"conv": conv_dtypes, "ssm": state_lib.STATE_DTYPES}.get(name, (want.dtype,))
     expect(f"state.{name}", getattr(st, name), want.shape, dts)
   return E
 

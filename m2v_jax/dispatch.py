@@ -61,7 +61,7 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None):
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
       conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or tiles_lib.tile_config(cfg),
-      interpret=backend == config_lib.INTERPRET)
+      interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype))
 
 
 def kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices, num_rows,
@@ -191,4 +191,5 @@ def committed(params, state, state_row, cache_indices, *, cfg, backend):
   sub = CompactState(*(leaf[safe] for leaf in state))
   own = jnp.where((cache_indices >= 0) & (cache_indices < E), jnp.arange(B, dtype=jnp.int32), -2)
   folded = fold(cfg, backend, params, sub, state_row, own)
-  return reference.mask_invalid(folded.ssm, valid), reference.mask_invalid(folded.conv, valid)
+  return (reference.mask_invalid(folded.ssm.astype(f32), valid),
+          reference.mask_invalid(folded.conv, valid))

@@ -52,6 +52,9 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     cfg: geometry and mode (`cfg.replay_mode`; `cfg.capacity` = S or W).
     params: the layer's `LayerParams` (float32).
     state: `SnapshotState` or `CompactState` pool with E entries; donated when called eagerly.
+      Its `ssm` leaf is float32 or a 16-bit `state_dtype` (`init_state`): stored rounded,
+      computed in float32 (then one R-row call no longer equals R one-row calls; the modes
+      stay bitwise identical).
     xbc: [B, R, C] raw (pre-conv) `[x | B | C]` inputs; float32, bfloat16 or float16.
     dt: [B, R, H] raw dt (before dt_bias and softplus); any of those float dtypes.
     state_row: [B] int32: the starting row (see above). Host values are range-checked
@@ -137,8 +140,9 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
     backend: as `verify`.
 
   Returns:
-    (ssm [B, H, P, N] float32, conv [B, C, K-1] in the state's conv dtype); NaN for a
-    sequence whose device-side `state_row` or entry is invalid.
+    (ssm [B, H, P, N] float32 (a 16-bit pool's state widened), conv [B, C, K-1] in the
+    state's conv dtype); NaN for a sequence whose device-side `state_row` or entry is
+    invalid.
 
   Raises:
     ValueError / TypeError: wrong shapes or dtypes, host `state_row` out of range.
@@ -159,7 +163,8 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
 
 
 def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row,
-                  to_cfg: Mamba2Config, *, dtype=None, backend: str | None = None):
+                  to_cfg: Mamba2Config, *, dtype=None, state_dtype=None,
+                  backend: str | None = None):
   """Converts a pool between the modes through its committed states (E == B).
 
   The new pool starts every entry from the committed state at `state_row`; the next call
@@ -171,6 +176,7 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
     dtype: activation dtype of the calls that follow. Default: a compact pool's window
       dtype, or a snapshot pool's conv dtype (pass it when that conv state is float32 and
       the activations are not).
+    state_dtype: storage dtype of the new pool's SSM state (default: the pool's own).
 
   Returns:
     A `SnapshotState` or `CompactState` (by `to_cfg.replay_mode`) with E entries.
@@ -183,7 +189,8 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
     raise ValueError(f"to_cfg: expected the geometry of cfg, got {to_cfg} for {cfg}")
   ssm, conv = committed_state(cfg, params, state, state_row, backend=backend)
   return state_lib.state_from_committed(to_cfg, ssm, conv,
-                                        dtype or state_lib.activation_dtype(state))
+                                        dtype or state_lib.activation_dtype(state),
+                                        state_dtype or state.ssm.dtype)
 
 
 def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indices=None,

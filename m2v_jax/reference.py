@@ -5,7 +5,8 @@ per-row functions the kernels call (docs/semantics.md states the math). On top o
 two modes' call semantics: pools addressed by `cache_indices` (-1 = padding), per-sequence
 `num_rows`, the snapshot bank for R <= S and R > S, and the compact base + window with
 replay and prefill hand-off. Device-side bad `state_row`s behave as in the kernels (the rule
-of `m2v_jax.status`): that sequence's entry is left as it was and its y rows are NaN.
+of `m2v_jax.status`): that sequence's entry is left as it was and its y rows are NaN. A pool
+with 16-bit state storage rounds where the kernels do (`m2v_jax.state`).
 
 The chunked (SSD) form of the same recurrence is `m2v_jax.reference_ssd`.
 """
@@ -36,7 +37,7 @@ def _split_xbc(cfg, v):
 
 
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
-         num_rows=None, keep: int = 0):
+         num_rows=None, keep: int = 0, state_dtype=f32):
   """Runs rows 0..R-1 serially from a starting state (docs/semantics.md, "One row").
 
   Args:
@@ -49,6 +50,8 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     z: optional [B, R, H*P] gate.
     num_rows: optional [B] int32; rows t >= num_rows[b] leave the state unchanged and give y 0.
     keep: return the states after the last `keep` rows.
+    state_dtype: storage dtype of the pool: a 16-bit one rounds the running state after row
+      R - keep - 1 (where a call of R > capacity rows stores or commits it).
 
   Returns:
     y [B, R, H*P] float32, ssm [B, keep, H, P, N] float32, conv [B, keep, C, K-1] float32
@@ -100,11 +103,18 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
   ssm_k = jnp.zeros((Bsz, 0, H, P, cfg.dstate), f32)
   conv_k = jnp.zeros((Bsz, 0, C, K - 1), f32)
   if keep > 0:
+    if R - keep > 0:
+      carry = (round_state(carry[0], state_dtype), carry[1])
     carry, (y2, s2, c2) = scan(carry, R - keep, R, True)
     ys.append(y2)
     ssm_k, conv_k = jnp.swapaxes(s2, 0, 1), jnp.swapaxes(c2, 0, 1)
   y = jnp.swapaxes(jnp.concatenate(ys, axis=0), 0, 1)
   return y, ssm_k, conv_k
+
+
+def round_state(st, state_dtype):
+  """The float32 state `st` as a store to, then a load from, a `state_dtype` pool gives it."""
+  return rowmath.stored(st, state_dtype)
 
 
 def _entries(E, Bsz, cache_indices):
@@ -144,7 +154,7 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
   keep = min(R, S)
   y, ssm_k, conv_k = rows(cfg, params, state.ssm[safe, srow], state.conv[safe, srow],
-                          xbc, dt, z, n, keep)
+                          xbc, dt, z, n, keep, state.ssm.dtype)
   # Slot s <- state after row (R - keep + s), for the rows that ran.
   ran = (R - keep + jnp.arange(keep))[None, :] < n[:, None]
   cur_ssm, cur_conv = state.ssm[safe, :keep], state.conv[safe, :keep]
@@ -159,13 +169,13 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
 def fold(cfg, params, state: CompactState, state_row, safe):
   """Folds pending window rows 0..state_row into the base: the start state of the next call.
 
-  Returns (ssm [B, H, P, N] f32, conv [B, C, K-1] f32, n_replay [B] int32). Rows with
-  nothing pending return the base itself.
+  Returns (ssm [B, H, P, N] f32 (rounded as the pool stores it), conv [B, C, K-1] f32,
+  n_replay [B] int32). Rows with nothing pending return the base itself.
   """
   n_rep = status.rows_to_replay(state.win_xbc.shape[1], state_row, state.pending[safe])
   _, ssm_k, conv_k = rows(cfg, params, state.ssm[safe], state.conv[safe], state.win_xbc[safe],
                           state.win_dt[safe], None, n_rep, keep=1)
-  return ssm_k[:, 0], conv_k[:, 0], n_rep
+  return round_state(ssm_k[:, 0], state.ssm.dtype), conv_k[:, 0], n_rep
 
 
 def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
@@ -186,7 +196,7 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
     y1, s1, c1 = rows(cfg, params, ssm0, conv0, xbc[:, :commit], dt[:, :commit],
                       None if z is None else z[:, :commit], None, keep=1)
     ys.append(y1)
-    ssm0, conv0 = s1[:, 0], c1[:, 0]
+    ssm0, conv0 = round_state(s1[:, 0], state.ssm.dtype), c1[:, 0]
   y2, _, _ = rows(cfg, params, ssm0, conv0, xbc[:, commit:], dt[:, commit:],
                   None if z is None else z[:, commit:], n - commit, keep=0)
   ys.append(y2)
@@ -208,7 +218,8 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
 
 
 def committed_state(cfg, params, state, state_row, cache_indices=None):
-  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode.
+  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode
+  (a 16-bit state widened).
 
   Snapshot: slot `state_row` of each entry. Compact: the base with window rows 0..state_row
   folded in. Invalid rows or entries give NaN states.
@@ -222,7 +233,7 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
                                     jnp.zeros_like(state_row), pending)
   if not compact:
     srow = jnp.where(ok, state_row, 0)
-    ssm, conv = state.ssm[safe, srow], state.conv[safe, srow]
+    ssm, conv = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]
   else:
     ssm, conv, _ = fold(cfg, params, state, state_row, safe)
     conv = conv.astype(state.conv.dtype)

@@ -10,6 +10,16 @@ pending row is the last K-1 raw inputs up to it, which the window also provides.
 
 Memory per entry at Nemotron-3.5-Bolt geometry with bf16 activations and conv state: snapshot
 S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 4 B.
+With 16-bit state storage (`state_dtype`) each 4 MiB SSM state takes 2 MiB.
+
+16-bit state storage (`state_dtype` bfloat16 or float16, both modes; default float32): the
+math stays float32. A state is rounded to nearest-even where it is stored (a snapshot slot, a
+compact base) and widened where it is loaded, and a call's running state is rounded where
+the other mode stores it, so that the two modes stay bitwise identical: the start state of
+every call (compact: after its replay), and, in a call of R > capacity rows, the state after
+row R - capacity - 1 (compact commits it to the base there). One call of R rows therefore no
+longer equals R calls of one row (those round after every row). float16 holds magnitudes up
+to 65504 only; bfloat16 has float32's range with 8 bits of mantissa.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import numpy as np
 from m2v_jax import config as config_lib
 
 ACTIVATION_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+# Storage dtypes of the SSM state (the `ssm` leaf); the math is float32 in every case.
+STATE_DTYPES = ACTIVATION_DTYPES
 
 
 class SnapshotState(NamedTuple):
@@ -32,7 +44,7 @@ class SnapshotState(NamedTuple):
   R - S + s (R > S); the next call starts from slot `state_row`.
 
   Attributes:
-    ssm: [E, S, H, P, N] float32 SSM states.
+    ssm: [E, S, H, P, N] SSM states, float32 or the 16-bit `state_dtype`.
     conv: [E, S, C, K-1] conv states (the last K-1 raw xBC rows), in the activation dtype or
       float32.
   """
@@ -48,7 +60,7 @@ class CompactState(NamedTuple):
   the new base and keeps its own rows pending.
 
   Attributes:
-    ssm: [E, H, P, N] float32 committed base SSM state.
+    ssm: [E, H, P, N] committed base SSM state, float32 or the 16-bit `state_dtype`.
     conv: [E, C, K-1] committed base conv state, in the activation dtype or float32.
     win_xbc: [E, W, C] raw (pre-conv) xBC of the pending rows, in the activation dtype.
     win_dt: [E, W, H] float32 raw (pre-bias) dt of the pending rows.
@@ -75,7 +87,10 @@ def activation_dtype(state: State):
   return state.win_xbc.dtype if isinstance(state, CompactState) else state.conv.dtype
 
 
-def _check_dtypes(dtype, conv_dtype):
+def _check_dtypes(dtype, conv_dtype, state_dtype=jnp.float32):
+  if jnp.dtype(state_dtype) not in STATE_DTYPES:
+    raise TypeError(f"state_dtype: expected float32, bfloat16 or float16, got "
+                    f"{jnp.dtype(state_dtype)}")
   dtype = jnp.dtype(dtype)
   if dtype not in ACTIVATION_DTYPES:
     raise TypeError(f"dtype: expected one of float32, bfloat16, float16, got {dtype}")
@@ -86,24 +101,26 @@ def _check_dtypes(dtype, conv_dtype):
 
 
 def state_shapes(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,
-                 conv_dtype=None) -> State:
-  """`jax.ShapeDtypeStruct`s of the state pool for `cfg.replay_mode` (no allocation)."""
-  dtype, conv_dtype = _check_dtypes(dtype, conv_dtype)
+                 conv_dtype=None, state_dtype=jnp.float32) -> State:
+  """`jax.ShapeDtypeStruct`s of the state pool for `cfg.replay_mode` (no allocation); the
+  arguments as `init_state`."""
+  dtype, conv_dtype = _check_dtypes(dtype, conv_dtype, state_dtype)
+  sdt = jnp.dtype(state_dtype)
   E, H, P, N, C, K1 = (num_entries, cfg.nheads, cfg.headdim, cfg.dstate, cfg.conv_dim,
                        cfg.d_conv - 1)
   sds = jax.ShapeDtypeStruct
   f32 = jnp.float32
   if not cfg.compact:
     S = cfg.capacity
-    return SnapshotState(ssm=sds((E, S, H, P, N), f32), conv=sds((E, S, C, K1), conv_dtype))
+    return SnapshotState(ssm=sds((E, S, H, P, N), sdt), conv=sds((E, S, C, K1), conv_dtype))
   W = cfg.capacity
-  return CompactState(ssm=sds((E, H, P, N), f32), conv=sds((E, C, K1), conv_dtype),
+  return CompactState(ssm=sds((E, H, P, N), sdt), conv=sds((E, C, K1), conv_dtype),
                       win_xbc=sds((E, W, C), dtype), win_dt=sds((E, W, H), f32),
                       pending=sds((E,), jnp.int32))
 
 
 def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,
-               conv_dtype=None) -> State:
+               conv_dtype=None, state_dtype=jnp.float32) -> State:
   """A zeroed state pool (every entry starts from the zero state; next `state_row` is 0).
 
   Args:
@@ -111,6 +128,9 @@ def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat1
     num_entries: E, entries in the pool.
     dtype: activation dtype of xBC (float32, bfloat16 or float16).
     conv_dtype: dtype of the conv state: float32 or `dtype` (default `dtype`).
+    state_dtype: storage dtype of the SSM state: float32 (default), or bfloat16 / float16
+      to halve its memory and traffic (the math stays float32; see the module docstring for
+      where it rounds).
 
   Returns:
     A `SnapshotState` or `CompactState` of zeros.
@@ -118,7 +138,7 @@ def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat1
   Raises:
     TypeError: an unsupported dtype.
   """
-  shapes = state_shapes(cfg, num_entries, dtype, conv_dtype)
+  shapes = state_shapes(cfg, num_entries, dtype, conv_dtype, state_dtype)
   return type(shapes)(*(jnp.zeros(s.shape, s.dtype) for s in shapes))
 
 
@@ -127,7 +147,8 @@ def reset_state(state: State) -> State:
   return type(state)(*(jnp.zeros_like(leaf) for leaf in state))
 
 
-def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bfloat16) -> State:
+def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bfloat16,
+                         state_dtype=jnp.float32) -> State:
   """A state pool whose entries start from given committed states (prefix-cache restore).
 
   After this the next call uses `state_row = 0` in both modes: snapshot slot 0 holds the
@@ -136,9 +157,11 @@ def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bflo
 
   Args:
     cfg: layer geometry and mode.
-    ssm: [E, H, P, N] float32 committed SSM states.
+    ssm: [E, H, P, N] float32 committed SSM states (rounded to nearest-even when
+      `state_dtype` is 16-bit).
     conv: [E, C, K-1] committed conv states (float32 or `dtype`).
     dtype: activation dtype of the calls that will follow.
+    state_dtype: storage dtype of the new pool's SSM state (`init_state`).
 
   Raises:
     ValueError / TypeError: shapes or dtypes that do not match `cfg`.
@@ -146,7 +169,7 @@ def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bflo
   ssm = jnp.asarray(ssm)
   conv = jnp.asarray(conv)
   E = ssm.shape[0] if ssm.ndim else 0
-  shapes = state_shapes(cfg, E, dtype, conv.dtype)
+  shapes = state_shapes(cfg, E, dtype, conv.dtype, state_dtype)
   base_ssm_shape = (E, cfg.nheads, cfg.headdim, cfg.dstate)
   base_conv_shape = (E, cfg.conv_dim, cfg.d_conv - 1)
   if ssm.shape != base_ssm_shape or ssm.dtype != jnp.float32:
@@ -156,8 +179,9 @@ def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bflo
   if isinstance(shapes, SnapshotState):
     S = cfg.capacity
     pad = lambda a: jnp.concatenate([a[:, None], jnp.zeros((E, S - 1) + a.shape[1:], a.dtype)], 1)
-    return SnapshotState(ssm=pad(ssm), conv=pad(conv))
-  return CompactState(ssm=jnp.array(ssm, copy=True), conv=jnp.array(conv, copy=True),
+    return SnapshotState(ssm=pad(ssm.astype(shapes.ssm.dtype)), conv=pad(conv))
+  return CompactState(ssm=jnp.array(ssm, shapes.ssm.dtype, copy=True),
+                      conv=jnp.array(conv, copy=True),
                       win_xbc=jnp.zeros(shapes.win_xbc.shape, shapes.win_xbc.dtype),
                       win_dt=jnp.zeros(shapes.win_dt.shape, shapes.win_dt.dtype),
                       pending=jnp.zeros((E,), jnp.int32))
@@ -179,7 +203,8 @@ def reset_entries(state: State, entries, ssm=None, conv=None) -> State:
   Args:
     state: either mode's pool [E, ...].
     entries: [n] int32 pool entries to reset (-1 entries are skipped).
-    ssm: optional [n, H, P, N] float32 committed states (prefix-cache restore).
+    ssm: optional [n, H, P, N] float32 committed states (prefix-cache restore; rounded to
+      a 16-bit pool's `state_dtype`).
     conv: optional [n, C, K-1] committed conv states.
   """
   entries = jnp.asarray(entries, jnp.int32)

@@ -249,7 +249,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ss
 
   @pl.when(go_ref[b] > 0)
   def _run():
-    st = ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]
+    st = (ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]).astype(f32)
 
     def chunk(c, st):
       own = s_ref[b, c, h, ps, :]
@@ -257,6 +257,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ss
       return dec_ref[b, c, h] * st + own
 
     st = lax.fori_loop(0, plan.n_chunks, chunk, st)
+    st = st.astype(ssm_out_ref.dtype)            # rounded when the state is stored in 16 bits
     if compact:
       ssm_out_ref[e, h, ps, :] = st
     else:
@@ -338,8 +339,9 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log
     dtr: [B, Rp, H] float32 processed dt (padding rows 0).
     z: optional [B, >= Rp, H*P] gate.
     A_log, D: [H] float32.
-    ssm: the state pool's ssm leaf (snapshot [E, S, H, P, N], compact [E, H, P, N]); the
-      final state of each sequence goes over its starting slot or base, in place.
+    ssm: the state pool's ssm leaf (snapshot [E, S, H, P, N], compact [E, H, P, N]; float32
+      or 16-bit storage, widened on load); the final state of each sequence goes over its
+      starting slot or base, in place (rounded to the storage dtype).
 
   Returns:
     (ssm, y [B, y_rows, H*P] in the activation dtype). y's rows Rb.. are left for the serial
@@ -363,7 +365,8 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log
       _chunk_pass_kernel,
       inputs=dict(idx_ref=cache_indices, slot_ref=slot, go_ref=go, dec_ref=own["dec_ref"],
                   s_ref=own["s_ref"], ssm_ref=ssm),
-      outputs=dict(ssm_out_ref=sds(ssm.shape, f32), st_ref=sds((plan.B, nc, H, P, N), f32)),
+      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
+                   st_ref=sds((plan.B, nc, H, P, N), f32)),
       aliases=dict(ssm_ref="ssm_out_ref"),
       grid=(P // plan.block_p, H, plan.B), num_warps=t.num_warps, num_stages=t.num_stages,
       name=f"m2v_chunk_pass_{cfg.replay_mode}")

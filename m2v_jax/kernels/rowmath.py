@@ -49,6 +49,24 @@ def round_to(v, dtype, triton: bool = False):
   return lax.reduce_precision(v, exponent_bits=info.nexp, mantissa_bits=info.nmant)
 
 
+def stored(v, dtype, triton: bool = False):
+  """float32 `v` as storing it in `dtype` and loading it back gives it (round to nearest-even,
+  subnormals and overflow as the conversion gives them), kept in float32.
+
+  Unlike `round_to`'s `reduce_precision` (which flushes what would be a float16 subnormal to
+  zero), this is the conversion itself: under XLA an optimization barrier keeps the round
+  trip from being dropped as excess precision; inside a compiled Triton kernel every
+  conversion is kept anyway.
+  """
+  dtype = jnp.dtype(dtype)
+  if dtype == jnp.float32:
+    return v
+  low = v.astype(dtype)
+  if not triton:
+    low = lax.optimization_barrier(low)
+  return low.astype(jnp.float32)
+
+
 def conv_output(weights, window, bias, dtype, triton: bool = False):
   """One causal-conv output column: silu(sum_k w_k * win_k + bias), rounded to `dtype`.
 

@@ -66,6 +66,7 @@ class Plan:
     has_z: whether a gate z is applied to y.
     y_dtype: dtype of y (the activation dtype).
     conv_dtype: dtype of the conv state.
+    state_dtype: storage dtype of the SSM state (float32, or 16-bit: `m2v_jax.state`).
     tiles: launch parameters.
     interpret: Pallas interpret mode.
   """
@@ -79,6 +80,7 @@ class Plan:
   conv_dtype: jnp.dtype
   tiles: tiles_lib.TileConfig
   interpret: bool
+  state_dtype: jnp.dtype = jnp.dtype(jnp.float32)
 
   @property
   def compact(self) -> bool:
@@ -407,8 +409,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
     dtr_ref, dar_ref  [B, RT, H] f32      processed dt and decay (from prep)
     z_ref           [B, R, H*P]           optional gate
     d_ref           [H] f32               D
-    ssm_ref         snapshot [E, S, H, P, N] f32, compact [E, H, P, N] f32; aliased to
-                    ssm_out_ref
+    ssm_ref         snapshot [E, S, H, P, N], compact [E, H, P, N], in the state dtype (widened
+                    to f32 on load, rounded on store); aliased to ssm_out_ref
     pend_ref        compact [E] int32     pending rows; aliased to pend_out_ref
     y_ref           [B, R, H*P]           output y (absent in a fold)
 
@@ -418,6 +420,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
   sums the tiles' products elementwise, then over n_cols within the thread and across 8 lanes
   only (`rowmath.readout`). B and C rows come as [1, n_cols] tiles, which Triton gives the
   same layout (no conversion).
+
+  With a 16-bit state dtype the running state is also rounded (`rounded`) where the other
+  mode stores it: after the replay (compact; snapshot loads a stored slot) and after row
+  R - capacity - 1 of a call of R > capacity rows (compact commits the base there).
   """
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
@@ -455,12 +461,15 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
 
   def store_state(st, *slot):
     for cols, s_k in zip(tiles_n, st):
-      ssm_out_ref[(e,) + slot + (h, ps, cols)] = s_k
+      ssm_out_ref[(e,) + slot + (h, ps, cols)] = s_k.astype(ssm_out_ref.dtype)
+
+  def rounded(st):                           # the value a store then a load would give
+    return [rowmath.stored(s_k, plan.state_dtype, not plan.interpret) for s_k in st]
 
   @pl.when(valid)
   def _run():
     slot = () if plan.compact else (row_ref[b],)
-    st = [ssm_ref[(e,) + slot + (h, ps, cols)] for cols in tiles_n]
+    st = [ssm_ref[(e,) + slot + (h, ps, cols)].astype(f32) for cols in tiles_n]
     ahead = _Lookahead(plan.tiles.prefetch)
     rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay, ahead)
     new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new, ahead)
@@ -469,6 +478,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
       # that replays fewer than W rows does not pay for the others.
       st = _rows(0, plan.cap, n_rep, load_rep,
                  lambda j, a, st, active: _if(active, lambda s: update(s, *a), st), st, rep_in)
+      st = rounded(st)
       if commit == 0:
         pl.when(n_rep > 0)(lambda: store_state(st))
 
@@ -501,6 +511,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
       else:
         _kept(i, first_kept, active, lambda: store_state(new_st, i - first_kept))
       assert active is None or not (commit or first_kept)   # see `_rows` on carries
+      last_unkept = commit if plan.compact else first_kept
+      if last_unkept and plan.state_dtype != f32:
+        new_st = _sel(i == last_unkept - 1, rounded(new_st), new_st)
       return new_st, ys
 
     ys = jnp.zeros((BP, plan.R), f32) if collect else jnp.int32(0)
@@ -541,7 +554,8 @@ def ssm(plan: Plan, params, state, prepped, state_row, z, cache_indices, num_row
                   dtr_ref=prepped["dtr_ref"], dar_ref=prepped["dar_ref"],
                   z_ref=z if plan.has_z else None, d_ref=params.D, ssm_ref=state.ssm,
                   pend_ref=state.pending if compact else None),
-      outputs=dict(ssm_out_ref=sds((E, H, P, N) if compact else (E, cap, H, P, N), f32),
+      outputs=dict(ssm_out_ref=sds((E, H, P, N) if compact else (E, cap, H, P, N),
+                                   plan.state_dtype),
                    pend_out_ref=sds((E,), jnp.int32) if compact else None,
                    y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
       aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref"),
