@@ -83,14 +83,15 @@ def ssd_flops(cfg: config_lib.Mamba2Config, B: int, R: int, chunk: int = 64) -> 
 
 
 def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
-               conv_dtype=None, has_z: bool = False, num_rows=None) -> int:
+               conv_dtype=None, has_z: bool = False, num_rows=None,
+               state_dtype=jnp.float32) -> int:
   """Compulsory bytes of one call in `cfg.replay_mode` (see the module docstring).
 
   Snapshot: read the start state (ssm + conv), write min(n, S) snapshots. Compact: read and
   write the base (ssm + conv) and read the `state_row + 1` replayed window rows, write the n
   new window rows. Both: the n rows' inputs (xBC, dt, z) read once, their y written once,
   parameters read once. `state_row` and `num_rows` (n, default R) are one int for every
-  sequence or one per sequence.
+  sequence or one per sequence. An SSM state takes `state_dtype`'s bytes per element.
   """
   replayed = int(np.sum(np.broadcast_to(np.asarray(state_row) + 1, (B,))))
   rows = np.broadcast_to(np.asarray(R if num_rows is None else num_rows), (B,))
@@ -98,7 +99,7 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
   ab = jnp.dtype(dtype).itemsize
   cb = jnp.dtype(conv_dtype or dtype).itemsize
   H, P, N, C, K1 = cfg.nheads, cfg.headdim, cfg.dstate, cfg.conv_dim, cfg.d_conv - 1
-  ssm = 4 * H * P * N
+  ssm = jnp.dtype(state_dtype).itemsize * H * P * N
   conv = C * K1 * cb
   row_io = C * ab + H * ab + (cfg.d_inner * ab if has_z else 0) + cfg.d_inner * ab
   kept = int(np.sum(np.minimum(rows, cfg.capacity)))
@@ -397,10 +398,14 @@ def acceptance_table(rng, rounds, banks, B, R, vary_rows=False, p=ACCEPT_PROB):
   return (np.minimum(accepted, prev - 1).astype(np.int32), nrows.astype(np.int32))
 
 
-def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=16):
+STATE_NAMES = {"float32": "", "bfloat16": " state=bf16", "float16": " state=f16"}
+
+
+def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=16,
+              state_dtype=jnp.float32):
   """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
-  `acceptance_table`, a new draw for every call of a step; nbytes is the mean compulsory
-  bytes of its calls."""
+  `acceptance_table`, a new draw for every call of a step, on a pool whose SSM state is
+  stored in `state_dtype`; nbytes is the mean compulsory bytes of its calls."""
   rounds = -(-min_calls // banks)
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
@@ -417,19 +422,23 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
     warm_call = jax.jit(verify_fn(cfg, B, R, 0, config_lib.REFERENCE), donate_argnums=0)
     wx, wd = _inputs(cfg, B, R, dtype, seed=1)
     warm = lambda s: warm_call(s, params, wx, wd)[0]
-  nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j])
+  nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j],
+                                     state_dtype=state_dtype)
                           for r in range(rounds) for j in range(banks)]))
   name = (f"{cfg.replay_mode} B={B} R={R} row=accept" + (" num_rows=accept" if vary_rows else "")
-          + f" {_backend_name}")
-  return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
+          + STATE_NAMES[jnp.dtype(state_dtype).name] + f" {_backend_name}")
+  return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype, state_dtype=state_dtype),
+                   banks,
                    nbytes=nbytes, warm_fn=warm, rounds=rounds,
                    args=(params, xbc, dt, jnp.asarray(rows), jnp.asarray(nrows)))
 
 
-def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(32,)):
+def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(32,),
+               state_dtypes=("float32",)):
   """Both modes at R=8 as a decode loop runs them: every call draws its `state_row` from
   the acceptance mix (`ACCEPT_PROB`), amortized time per call; at `vary_batches`, also with
-  `num_rows` varying from call to call. Ratio: snapshot time over compact time."""
+  `num_rows` varying from call to call; each of `state_dtypes` (the pool's SSM storage),
+  timed interleaved. Ratio: snapshot time over compact time of the same storage."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
@@ -437,13 +446,14 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
   for B in batches:
     for vary in (False, True) if B in vary_batches else (False,):
       nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
-      cases = [loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B)
-               for cfg in (snap, comp)]
+      cases = [loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
+                         state_dtype=jnp.dtype(sdt))
+               for sdt in state_dtypes for cfg in (snap, comp)]
       t = time_cases(cases, blocks)
-      rows_out.append(_row(cases[0], t[cases[0].name], bw))
-      rows_out.append(_row(cases[1], t[cases[1].name], bw,
-                           ratio_ci(t[cases[0].name], t[cases[1].name])))
-      print(format_rows(rows_out[-2:]), flush=True)
+      for a, b in zip(cases[::2], cases[1::2]):
+        rows_out.append(_row(a, t[a.name], bw))
+        rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+      print(format_rows(rows_out[-len(cases):]), flush=True)
       del cases
   return rows_out
 
@@ -646,6 +656,8 @@ flags.DEFINE_enum("geometry", "bolt", list(GEOMETRY), "layer geometry (small: a 
 flags.DEFINE_enum("backend", config_lib.PALLAS, list(config_lib.BACKENDS), "kernel backend")
 flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch and loop suites "
                   "(the batch suite leaves B=1 to the main suite)")
+flags.DEFINE_list("state_dtypes", ["float32"], "SSM state storage dtypes of the loop suite "
+                  "(float32, bfloat16, float16)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
@@ -690,7 +702,8 @@ def main(argv):
       chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants)
       fn = dict(main=suite_main, sweep=sweep, chunk_sweep=chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
-                loop=functools.partial(suite_loop, batches=[int(b) for b in FLAGS.batches]),
+                loop=functools.partial(suite_loop, batches=[int(b) for b in FLAGS.batches],
+                                       state_dtypes=FLAGS.state_dtypes),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
