@@ -84,16 +84,20 @@ def ssd_flops(cfg: config_lib.Mamba2Config, B: int, R: int, chunk: int = 64) -> 
 
 def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
                conv_dtype=None, has_z: bool = False, num_rows=None,
-               state_dtype=jnp.float32) -> int:
+               state_dtype=jnp.float32, replayed=None, base_writes=None) -> int:
   """Compulsory bytes of one call in `cfg.replay_mode` (see the module docstring).
 
   Snapshot: read the start state (ssm + conv), write min(n, S) snapshots. Compact: read and
   write the base (ssm + conv) and read the `state_row + 1` replayed window rows, write the n
   new window rows. Both: the n rows' inputs (xBC, dt, z) read once, their y written once,
   parameters read once. `state_row` and `num_rows` (n, default R) are one int for every
-  sequence or one per sequence. An SSM state takes `state_dtype`'s bytes per element.
+  sequence or one per sequence. An SSM state takes `state_dtype`'s bytes per element. With
+  deferred commit, `replayed` (window rows folded, all sequences) and `base_writes`
+  (sequences that flush) replace the defaults (state_row + 1 each; every sequence).
   """
-  replayed = int(np.sum(np.broadcast_to(np.asarray(state_row) + 1, (B,))))
+  if replayed is None:
+    replayed = int(np.sum(np.broadcast_to(np.asarray(state_row) + 1, (B,))))
+  base_writes = B if base_writes is None else base_writes
   rows = np.broadcast_to(np.asarray(R if num_rows is None else num_rows), (B,))
   params = 4 * (cfg.conv_dim * (cfg.d_conv + 1) + 3 * cfg.nheads)
   ab = jnp.dtype(dtype).itemsize
@@ -107,7 +111,27 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
   if not cfg.compact:
     return B * (ssm + conv) + kept * (ssm + conv) + io + params
   win_row = C * ab + H * 4
-  return B * (2 * (ssm + conv) + 8) + kept * win_row + io + replayed * win_row + params
+  return ((B + base_writes) * (ssm + conv) + 8 * B + kept * win_row + io + replayed * win_row
+          + params)
+
+
+def window_traffic(cfg, rows, nrows, R, cycles=3):
+  """Deferred commit: (window rows folded, sequences that flush) of each call (r, j) of an
+  acceptance table `rows`, `nrows` [rounds, banks, B], in the steady state of a loop that
+  runs the rounds over and over on state sets warmed with R pending rows
+  (`status.flushes`)."""
+  rounds, banks, B = rows.shape
+  pending, first = np.full((banks, B), R), np.zeros((banks, B), int)
+  out = np.zeros((rounds, banks, 2), int)
+  for _ in range(cycles):
+    for r in range(rounds):
+      for j in range(banks):
+        n_rep = np.where(pending[j] > 0, first[j] + rows[r, j] + 1, 0)
+        flush = (n_rep + nrows[r, j] > cfg.window_rows) if cfg.deferred else np.ones(B, bool)
+        first[j] = np.where(flush, 0, n_rep)
+        pending[j] = first[j] + nrows[r, j]
+        out[r, j] = n_rep.sum(), int(np.sum(flush & (n_rep > 0)))
+  return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,10 +313,11 @@ def dense_ssd_fn(cfg, chunk=64, precision=None):
 
 def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
                 tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=16,
-                pending=True, chunk_tiles=None):
+                pending=True, chunk_tiles=None, window_state=None):
   """A Case for a steady-state call. Compact states are warmed so that `capacity` rows are
   pending and `state_row` replays state_row + 1 of them (`pending=False` clears the window
-  before every call instead)."""
+  before every call instead; `window_state=(pending, starts)` sets those before every call,
+  e.g. to time deferred commit's flush and non-flush calls apart)."""
   params = params or params_lib.random_params(cfg)
   backend = backend or _backend_name
   xbc, dt = _inputs(cfg, B, R, dtype)
@@ -312,8 +337,11 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
                         donate_argnums=0)
     warm = lambda s: warm_call(s, params, wx, wd)[0]
     if not pending:
-      inner = fn
-      fn = lambda s, *a, call=None: inner(s._replace(pending=jnp.zeros_like(s.pending)), *a)
+      window_state = (0, 0)
+    if window_state is not None:
+      inner, (pend, starts) = fn, window_state
+      fn = lambda s, *a, call=None: inner(s._replace(pending=jnp.full_like(s.pending, pend),
+                                                     starts=jnp.full_like(s.starts, starts)), *a)
   rows = np.unique(np.asarray(state_row))
   row_txt = str(rows[0]) if len(rows) == 1 else "mixed"
   kind = "dense-ssd" if dense else ("chunked" if chunked else backend)
@@ -422,10 +450,14 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
     warm_call = jax.jit(verify_fn(cfg, B, R, 0, config_lib.REFERENCE), donate_argnums=0)
     wx, wd = _inputs(cfg, B, R, dtype, seed=1)
     warm = lambda s: warm_call(s, params, wx, wd)[0]
+  traffic = window_traffic(cfg, rows, nrows, R) if cfg.compact else None
   nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j],
-                                     state_dtype=state_dtype)
+                                     state_dtype=state_dtype,
+                                     replayed=None if traffic is None else traffic[r, j, 0],
+                                     base_writes=None if traffic is None else traffic[r, j, 1])
                           for r in range(rounds) for j in range(banks)]))
   name = (f"{cfg.replay_mode} B={B} R={R} row=accept" + (" num_rows=accept" if vary_rows else "")
+          + (f" W={cfg.window}" if cfg.compact and cfg.deferred else "")
           + STATE_NAMES[jnp.dtype(state_dtype).name] + f" {_backend_name}")
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype, state_dtype=state_dtype),
                    banks,
@@ -434,11 +466,12 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
 
 
 def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(32,),
-               state_dtypes=("float32",)):
+               state_dtypes=("float32",), windows=()):
   """Both modes at R=8 as a decode loop runs them: every call draws its `state_row` from
   the acceptance mix (`ACCEPT_PROB`), amortized time per call; at `vary_batches`, also with
-  `num_rows` varying from call to call; each of `state_dtypes` (the pool's SSM storage),
-  timed interleaved. Ratio: snapshot time over compact time of the same storage."""
+  `num_rows` varying from call to call; each of `state_dtypes` (the pool's SSM storage) and
+  compact mode with each deferred-commit window of `windows`, timed interleaved. Ratio:
+  snapshot time over compact time of the same storage."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
@@ -446,13 +479,16 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
   for B in batches:
     for vary in (False, True) if B in vary_batches else (False,):
       nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
-      cases = [loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
-                         state_dtype=jnp.dtype(sdt))
-               for sdt in state_dtypes for cfg in (snap, comp)]
+      pairs = [[loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
+                          state_dtype=jnp.dtype(sdt))
+                for cfg in [snap, comp] + [comp.replace(window=w) for w in windows]]
+               for sdt in state_dtypes]
+      cases = [c for group in pairs for c in group]
       t = time_cases(cases, blocks)
-      for a, b in zip(cases[::2], cases[1::2]):
+      for a, *others in pairs:
         rows_out.append(_row(a, t[a.name], bw))
-        rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+        for b in others:
+          rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
       print(format_rows(rows_out[-len(cases):]), flush=True)
       del cases
   return rows_out
@@ -462,6 +498,36 @@ def _tiles_text(tiles) -> str:
   """Every field of a tile dataclass as `name=value`: case names key the timings, so two
   variants must never share one."""
   return " ".join(f"{f.name}={getattr(tiles, f.name)}" for f in dataclasses.fields(tiles))
+
+
+def suite_flush(bw, banks, blocks, dtype, batches=(8, 32, 128), window=16):
+  """Compact mode at R=8, mixed state_row (b % 8), deferred commit apart: a call that does
+  not flush (8 rows pending from one call: it folds state_row + 1 rows, reads the base and
+  writes window rows only) and one that does (16 rows pending, the last call's from row 8:
+  it folds 8 + state_row + 1 rows and writes the base), beside the default window (every
+  call writes the base). Ratio: the default's time over the variant's."""
+  rows_out = []
+  comp = _geom.replace(replay_mode=config_lib.COMPACT)
+  deferred = comp.replace(window=window)
+  params = params_lib.random_params(comp)
+  for B in batches:
+    nb = max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
+    srow = np.arange(B) % 8
+    cases = [verify_case(comp, B, 8, srow, nb, dtype, params=params)[0]]
+    for what, ws in (("no flush", (8, 1)), ("flush", (16, 1 | 1 << 8))):
+      c, _ = verify_case(deferred, B, 8, srow, nb, dtype, params=params, window_state=ws,
+                         name=f"compact B={B} R=8 row=mixed W={window} {what} {_backend_name}")
+      first = 0 if what == "no flush" else 8
+      c.nbytes = call_bytes(deferred, B, 8, srow, dtype, replayed=int(np.sum(first + srow + 1)),
+                            base_writes=0 if what == "no flush" else B)
+      cases.append(c)
+    t = time_cases(cases, blocks)
+    rows_out.append(_row(cases[0], t[cases[0].name], bw))
+    for c in cases[1:]:
+      rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[cases[0].name], t[c.name])))
+    print(format_rows(rows_out[-len(cases):]), flush=True)
+    del cases
+  return rows_out
 
 
 # Fields block_p:num_warps:prefetch:n_cols of `kernels.tiles.TileConfig` (prefetch "all":
@@ -658,6 +724,10 @@ flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch 
                   "(the batch suite leaves B=1 to the main suite)")
 flags.DEFINE_list("state_dtypes", ["float32"], "SSM state storage dtypes of the loop suite "
                   "(float32, bfloat16, float16)")
+flags.DEFINE_list("vary_batches", ["32"], "batch sizes at which the loop suite also varies "
+                  "num_rows (empty: none)")
+flags.DEFINE_list("windows", [], "deferred-commit windows of compact mode in the loop suite "
+                  "(e.g. 16,32)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
@@ -702,8 +772,12 @@ def main(argv):
       chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants)
       fn = dict(main=suite_main, sweep=sweep, chunk_sweep=chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
+                flush=functools.partial(suite_flush, batches=[
+                    int(b) for b in FLAGS.batches if int(b) > 1]),
                 loop=functools.partial(suite_loop, batches=[int(b) for b in FLAGS.batches],
-                                       state_dtypes=FLAGS.state_dtypes),
+                                       vary_batches=[int(b) for b in FLAGS.vary_batches],
+                                       state_dtypes=FLAGS.state_dtypes,
+                                       windows=[int(w) for w in FLAGS.windows]),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)

@@ -63,15 +63,22 @@ class Mamba2Config:
     dstate: state dimension N.
     ngroups: B/C groups G; must divide `nheads`.
     d_conv: causal conv width K (the conv state keeps K-1 columns).
-    capacity: rows a call can hand off: S slots of the snapshot bank, or W rows of the
-      compact window. A verify call takes R <= capacity rows.
+    capacity: rows a call can hand off: S slots of the snapshot bank, or the rows of the
+      compact window (W). A verify call takes R <= capacity rows, and the next call picks its
+      `state_row` among the last min(R, capacity) rows of the previous one.
+    window: compact mode's deferred commit (opt-in; snapshot mode ignores it): W rows in the
+      window, a power of two from `capacity` (at most 16 then) up to 32. Rows accepted by
+      earlier calls stay pending in the window, unfolded, ahead of the last call's rows; a
+      call folds them in registers and writes the base only when its own rows would not fit
+      after them (a flush). None (default): the window is `capacity` rows and every call that
+      folds anything writes the base (ONNX Runtime's compact replay).
     replay_mode: "snapshot" (default; ORT "0") or "compact" (ORT "1"). Validated here, where
       the option is set.
     dt_limit: (lo, hi) clamp applied to dt after softplus; default (0, inf), a no-op.
 
   Raises:
     ValueError: a non-positive dimension, `ngroups` not dividing `nheads`, a bad
-      `replay_mode`, or `dt_limit` with lo > hi.
+      `replay_mode`, `dt_limit` with lo > hi, a `window` out of range.
   """
 
   nheads: int
@@ -82,6 +89,7 @@ class Mamba2Config:
   capacity: int = 8
   replay_mode: str = SNAPSHOT
   dt_limit: tuple[float, float] = (0.0, math.inf)
+  window: int | None = None
 
   def __post_init__(self):
     for name in ("nheads", "headdim", "dstate", "ngroups", "d_conv", "capacity"):
@@ -98,6 +106,12 @@ class Mamba2Config:
     if not lo <= hi:
       raise ValueError(f"dt_limit: expected (lo, hi) with lo <= hi, got {self.dt_limit!r}")
     object.__setattr__(self, "dt_limit", (lo, hi))
+    w = self.window
+    if w is not None:
+      if (not isinstance(w, int) or isinstance(w, bool) or w & (w - 1) or
+          not self.capacity <= w <= MAX_WINDOW or self.capacity > MAX_DEFERRED_CAPACITY):
+        raise ValueError(f"window: expected a power of two in [capacity={self.capacity}, "
+                         f"{MAX_WINDOW}] with capacity <= {MAX_DEFERRED_CAPACITY}, got {w!r}")
 
   @property
   def d_inner(self) -> int:
@@ -115,6 +129,16 @@ class Mamba2Config:
     return self.nheads // self.ngroups
 
   @property
+  def window_rows(self) -> int:
+    """W: rows of the compact window (`window`, else `capacity`)."""
+    return self.capacity if self.window is None else self.window
+
+  @property
+  def deferred(self) -> bool:
+    """Whether compact mode defers its commits (`window` set)."""
+    return self.window is not None
+
+  @property
   def compact(self) -> bool:
     """Whether `replay_mode` is compact replay (else snapshot)."""
     return self.replay_mode == COMPACT
@@ -123,6 +147,11 @@ class Mamba2Config:
     """A copy with some fields changed (validated again)."""
     return dataclasses.replace(self, **changes)
 
+
+# Deferred commit: the largest window (its row boundaries fit one int32 bitmask) and the
+# largest verify capacity that goes with it.
+MAX_WINDOW = 32
+MAX_DEFERRED_CAPACITY = 16
 
 # Nemotron-H / Nemotron-3.5-Bolt mixer geometry: 128 heads x 64 x 128, 8 groups, K = 4.
 BOLT = Mamba2Config(nheads=128, headdim=64, dstate=128, ngroups=8, d_conv=4, capacity=8)

@@ -172,7 +172,8 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
 
   Args:
     cfg, params, state, state_row, backend: as `committed_state`.
-    to_cfg: the configuration of the new pool: the same geometry, any mode and capacity.
+    to_cfg: the configuration of the new pool: the same geometry, any mode, capacity and
+      window.
     dtype: activation dtype of the calls that follow. Default: a compact pool's window
       dtype, or a snapshot pool's conv dtype (pass it when that conv state is float32 and
       the activations are not).
@@ -184,8 +185,8 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
   Raises:
     ValueError: `to_cfg` with another geometry; the errors of `committed_state`.
   """
-  if dict(vars(cfg), replay_mode=None, capacity=None) != dict(vars(to_cfg), replay_mode=None,
-                                                                capacity=None):
+  ignore = dict(replay_mode=None, capacity=None, window=None)
+  if dict(vars(cfg), **ignore) != dict(vars(to_cfg), **ignore):
     raise ValueError(f"to_cfg: expected the geometry of cfg, got {to_cfg} for {cfg}")
   ssm, conv = committed_state(cfg, params, state, state_row, backend=backend)
   return state_lib.state_from_committed(to_cfg, ssm, conv,
@@ -229,8 +230,9 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   first = jnp.argmax(bad).astype(jnp.int32)
   row = jnp.asarray(state_row, jnp.int32)[first]
   ci, _ = status.index_defaults(bad.shape[0], 0, kwargs.get("cache_indices"), None)
-  if cfg.compact:
-    pend = state.pending[jnp.clip(ci[first], 0, state.ssm.shape[0] - 1)]
+  if cfg.compact:                  # the last call's pending rows
+    entry = jnp.clip(ci[first], 0, state.ssm.shape[0] - 1)
+    pend = state.pending[entry] - status.last_call_start(state.starts[entry])
   else:
     pend = jnp.int32(cfg.capacity)
   repeated = status.repeated_entries(ci)

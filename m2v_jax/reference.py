@@ -37,7 +37,7 @@ def _split_xbc(cfg, v):
 
 
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
-         num_rows=None, keep: int = 0, state_dtype=f32):
+         num_rows=None, keep: int = 0, state_dtype=f32, round_before=None):
   """Runs rows 0..R-1 serially from a starting state (docs/semantics.md, "One row").
 
   Args:
@@ -51,7 +51,11 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     num_rows: optional [B] int32; rows t >= num_rows[b] leave the state unchanged and give y 0.
     keep: return the states after the last `keep` rows.
     state_dtype: storage dtype of the pool: a 16-bit one rounds the running state after row
-      R - keep - 1 (where a call of R > capacity rows stores or commits it).
+      R - keep - 1 (where a call of R > capacity rows stores or commits it), or, with
+      `round_before`, only where that says.
+    round_before: optional [B] int32 bitmask (R <= 32, compact replay): with a 16-bit
+      `state_dtype`, the state is rounded before every row t whose bit is set (a row that
+      began a call, whose start state that call loaded from storage).
 
   Returns:
     y [B, R, H*P] float32, ssm [B, keep, H, P, N] float32, conv [B, keep, C, K-1] float32
@@ -64,9 +68,14 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     num_rows = jnp.full((Bsz,), R, jnp.int32)
   keep = min(keep, R)
 
+  rounds_rows = round_before is not None and jnp.dtype(state_dtype) != f32
+
   def step(carry, inp):
     st, win = carry
     t, xb, d, zt = inp
+    if rounds_rows:
+      starts_here = ((round_before >> t) & 1) > 0
+      st = jnp.where(starts_here[:, None, None, None], round_state(st, state_dtype), st)
     v = xb.astype(f32)
     out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias, xbc.dtype)
     x, bm, cm = _split_xbc(cfg, out)
@@ -103,7 +112,7 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
   ssm_k = jnp.zeros((Bsz, 0, H, P, cfg.dstate), f32)
   conv_k = jnp.zeros((Bsz, 0, C, K - 1), f32)
   if keep > 0:
-    if R - keep > 0:
+    if R - keep > 0 and round_before is None:
       carry = (round_state(carry[0], state_dtype), carry[1])
     carry, (y2, s2, c2) = scan(carry, R - keep, R, True)
     ys.append(y2)
@@ -167,30 +176,41 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
 
 
 def fold(cfg, params, state: CompactState, state_row, safe):
-  """Folds pending window rows 0..state_row into the base: the start state of the next call.
+  """Folds the pending window rows up to `state_row` of the last call into the base, in
+  order: the start state of the next call.
 
   Returns (ssm [B, H, P, N] f32 (rounded as the pool stores it), conv [B, C, K-1] f32,
   n_replay [B] int32). Rows with nothing pending return the base itself.
   """
-  n_rep = status.rows_to_replay(state.win_xbc.shape[1], state_row, state.pending[safe])
+  starts, pending = state.starts[safe], state.pending[safe]
+  n_rep = status.rows_to_replay(state.win_xbc.shape[1], state_row, pending, jnp,
+                                status.last_call_start(starts))
   _, ssm_k, conv_k = rows(cfg, params, state.ssm[safe], state.conv[safe], state.win_xbc[safe],
-                          state.win_dt[safe], None, n_rep, keep=1)
+                          state.win_dt[safe], None, n_rep, keep=1, state_dtype=state.ssm.dtype,
+                          round_before=starts)
   return round_state(ssm_k[:, 0], state.ssm.dtype), conv_k[:, 0], n_rep
 
 
 def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
                  cache_indices=None, num_rows=None):
-  """Compact-replay call: replay, run R rows, commit rows 0..R-W-1, keep the rest pending.
+  """Compact-replay call: fold, run R rows, commit rows 0..R-capacity-1, keep the rest
+  pending; with deferred commit the folded rows stay pending too unless the call flushes
+  (`status.flushes`).
 
   Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new CompactState).
   """
   E, W = state.win_xbc.shape[:2]
+  cap = cfg.capacity
   Bsz, R, _ = xbc.shape
   idx, safe = _entries(E, Bsz, cache_indices)
   n = _n_rows(num_rows, Bsz, R)
-  valid, pad, _ = status.sequence_status(True, W, E, R, idx, state_row, n, state.pending[safe])
+  valid, pad, n_rep = status.sequence_status(True, cap, E, R, idx, state_row, n,
+                                             state.pending[safe], starts=state.starts[safe], W=W)
   ssm0, conv0, _ = fold(cfg, params, state, state_row, safe)
-  commit = max(R - W, 0)
+  flush = status.flushes(cfg, R, n_rep, n)
+  woff, new_pending, new_starts = status.window_after(cfg, R, n_rep, n, state.starts[safe],
+                                                      flush)
+  commit = max(R - cap, 0)
   ys = []
   if commit:
     y1, s1, c1 = rows(cfg, params, ssm0, conv0, xbc[:, :commit], dt[:, :commit],
@@ -201,18 +221,21 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
                   None if z is None else z[:, commit:], n - commit, keep=0)
   ys.append(y2)
   y = jnp.concatenate(ys, axis=1)
-  Rw = R - commit
-  wmask = (jnp.arange(Rw)[None, :] < (n - commit)[:, None])
-  cur_x, cur_dt = state.win_xbc[safe], state.win_dt[safe]
-  new_x = cur_x.at[:, :Rw].set(jnp.where(wmask[..., None], xbc[:, commit:], cur_x[:, :Rw]))
-  new_dt = cur_dt.at[:, :Rw].set(jnp.where(wmask[..., None], dt[:, commit:].astype(f32),
-                                           cur_dt[:, :Rw]))
+  # The call's kept rows go to window rows woff .. woff + n - commit - 1.
+  src = jnp.arange(W)[None, :] - woff[:, None]                    # [B, W] row of the call
+  take = (src >= 0) & (src < (n - commit)[:, None])
+  src = jnp.clip(src, 0, R - commit - 1) + commit
+  pick = lambda new, cur: jnp.where(take[..., None], jnp.take_along_axis(
+      new, src[..., None], axis=1).astype(cur.dtype), cur)
+  base = lambda new, cur: jnp.where(flush.reshape((-1,) + (1,) * (cur.ndim - 1)),
+                                    new.astype(cur.dtype), cur)
   new_state = CompactState(
-      ssm=_scatter(state.ssm, idx, valid, ssm0),
-      conv=_scatter(state.conv, idx, valid, conv0),
-      win_xbc=_scatter(state.win_xbc, idx, valid, new_x),
-      win_dt=_scatter(state.win_dt, idx, valid, new_dt),
-      pending=_scatter(state.pending, idx, valid, n - commit),
+      ssm=_scatter(state.ssm, idx, valid, base(ssm0, state.ssm[safe])),
+      conv=_scatter(state.conv, idx, valid, base(conv0, state.conv[safe])),
+      win_xbc=_scatter(state.win_xbc, idx, valid, pick(xbc, state.win_xbc[safe])),
+      win_dt=_scatter(state.win_dt, idx, valid, pick(dt.astype(f32), state.win_dt[safe])),
+      pending=_scatter(state.pending, idx, valid, new_pending),
+      starts=_scatter(state.starts, idx, valid, new_starts),
   )
   return finish_y(y, valid, pad, xbc.dtype), new_state
 
@@ -229,8 +252,10 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   idx, safe = _entries(E, Bsz, cache_indices)
   compact = isinstance(state, CompactState)
   pending = state.pending[safe] if compact else None
+  starts = state.starts[safe] if compact else None
   ok, _, _ = status.sequence_status(compact, cfg.capacity, E, 0, idx, state_row,
-                                    jnp.zeros_like(state_row), pending)
+                                    jnp.zeros_like(state_row), pending, starts=starts,
+                                    W=cfg.window_rows)
   if not compact:
     srow = jnp.where(ok, state_row, 0)
     ssm, conv = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]

@@ -72,7 +72,7 @@ def _permute(tree, axes, order):
 def _state_channel_axes(state):
   if isinstance(state, SnapshotState):
     return (None, 2)
-  return (None, 1, 2, None, None)
+  return (None, 1, 2, None, None, None)
 
 
 def to_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
@@ -102,7 +102,7 @@ def _specs(state, h, b):
     st = SnapshotState(ssm=P(b, None, h), conv=P(b, None, h))
   else:
     st = CompactState(ssm=P(b, h), conv=P(b, h), win_xbc=P(b, None, h), win_dt=P(b, None, h),
-                      pending=P(b))
+                      pending=P(b), starts=P(b))
   return params, st
 
 

@@ -9,7 +9,7 @@ dt processing and the state update with the same code as the call that first ran
 pending row is the last K-1 raw inputs up to it, which the window also provides.
 
 Memory per entry at Nemotron-3.5-Bolt geometry with bf16 activations and conv state: snapshot
-S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 4 B.
+S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 8 B.
 With 16-bit state storage (`state_dtype`) each 4 MiB SSM state takes 2 MiB.
 
 16-bit state storage (`state_dtype` bfloat16 or float16, both modes; default float32): the
@@ -56,8 +56,11 @@ class SnapshotState(NamedTuple):
 class CompactState(NamedTuple):
   """Compact-replay state pool: slot 0 is the committed base, slot 1 the pending window.
 
-  The next call folds window rows 0..state_row into the base (in registers), writes that as
-  the new base and keeps its own rows pending.
+  The next call folds the window's rows up to its `state_row` (a row of the last call) into
+  the base, in registers, and keeps its own rows pending. Without deferred commit it writes
+  that start state as the new base and its rows go to window rows 0...; with deferred commit
+  (`Mamba2Config.window`) the folded rows stay in the window and the call's rows go after
+  them, unless they would not fit (a flush: base written, rows from window row 0).
 
   Attributes:
     ssm: [E, H, P, N] committed base SSM state, float32 or the 16-bit `state_dtype`.
@@ -65,6 +68,9 @@ class CompactState(NamedTuple):
     win_xbc: [E, W, C] raw (pre-conv) xBC of the pending rows, in the activation dtype.
     win_dt: [E, W, H] float32 raw (pre-bias) dt of the pending rows.
     pending: [E] int32 pending rows per entry (0 ... W).
+    starts: [E] int32 bitmask: bit j set when window row j is the first row of a call (bit 0
+      whenever rows are pending). The last call's rows start at the highest set bit; a
+      16-bit state is rounded before each such row when replayed (`m2v_jax.state`).
   """
 
   ssm: jax.Array
@@ -72,6 +78,7 @@ class CompactState(NamedTuple):
   win_xbc: jax.Array
   win_dt: jax.Array
   pending: jax.Array
+  starts: jax.Array
 
 
 State = SnapshotState | CompactState
@@ -113,10 +120,10 @@ def state_shapes(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloa
   if not cfg.compact:
     S = cfg.capacity
     return SnapshotState(ssm=sds((E, S, H, P, N), sdt), conv=sds((E, S, C, K1), conv_dtype))
-  W = cfg.capacity
+  W = cfg.window_rows
   return CompactState(ssm=sds((E, H, P, N), sdt), conv=sds((E, C, K1), conv_dtype),
                       win_xbc=sds((E, W, C), dtype), win_dt=sds((E, W, H), f32),
-                      pending=sds((E,), jnp.int32))
+                      pending=sds((E,), jnp.int32), starts=sds((E,), jnp.int32))
 
 
 def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,
@@ -184,7 +191,7 @@ def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bflo
                       conv=jnp.array(conv, copy=True),
                       win_xbc=jnp.zeros(shapes.win_xbc.shape, shapes.win_xbc.dtype),
                       win_dt=jnp.zeros(shapes.win_dt.shape, shapes.win_dt.dtype),
-                      pending=jnp.zeros((E,), jnp.int32))
+                      pending=jnp.zeros((E,), jnp.int32), starts=jnp.zeros((E,), jnp.int32))
 
 
 def state_nbytes(state: State) -> int:

@@ -53,7 +53,7 @@ for s in $STAGES; do
     gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 300 \
                  $PY -m pytest -q -m gpu tests -p no:cacheprovider -p no:benchmark -n "${M2V_TEST_WORKERS:-6}" \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
-    main|batch|loop|prefill|breakdown|sweep|chunk_sweep)
+    main|batch|loop|flush|prefill|breakdown|sweep|chunk_sweep)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;

@@ -101,8 +101,13 @@ class Plan:
     return max(self.R - self.cap, 0)
 
   @property
+  def W(self) -> int:
+    """Compact: rows of the window (`cfg.window_rows`)."""
+    return self.cfg.window_rows
+
+  @property
   def new_off(self) -> int:
-    return self.cap if self.compact else 0
+    return self.W if self.compact else 0
 
   @property
   def RT(self) -> int:
@@ -130,7 +135,7 @@ class Plan:
 
   @property
   def unroll_replay(self) -> bool:
-    return self.tiles.unroll and self.cap <= MAX_UNROLL
+    return self.tiles.unroll and self.W <= MAX_UNROLL
 
 
 MAX_UNROLL = 16
@@ -220,17 +225,25 @@ def _sel(active, new, old):
   return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
 
 
-def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
-  """(safe entry, state_row (0 if rejected), num_rows, valid, padding, rows to replay) of
-  sequence b, by `status.sequence_status`."""
+def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
+  """(safe entry, state_row (0 if rejected), num_rows, valid, padding, rows to replay,
+  `starts` bitmask) of sequence b, by `status.sequence_status`."""
   entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
   safe = status.safe_entry(entry, plan.E)
   pending = pend_ref[safe] if plan.compact else jnp.int32(0)
+  starts = starts_ref[safe] if plan.compact else jnp.int32(0)
   valid, pad, n_replay = status.sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry,
-                                                row, n, pending)
+                                                row, n, pending, starts=starts, W=plan.W)
   n = jnp.clip(n, 0, plan.R)
   row = jnp.where(valid, row, 0)
-  return safe, row, n, valid, pad, n_replay
+  return safe, row, n, valid, pad, n_replay, starts
+
+
+def _window_plan(plan, n_rep, n, starts):
+  """Compact: (flush, window row of the call's first kept row, pending rows after the call,
+  the new `starts` bitmask), by `status.flushes` and `status.window_after`."""
+  flush = status.flushes(plan.cfg, plan.R, n_rep, n)
+  return (flush,) + status.window_after(plan.cfg, plan.R, n_rep, n, starts, flush)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,26 +251,31 @@ def _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref):
 # ----------------------------------------------------------------------------------------------
 
 
-def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref=None, w_ref,
-                 cb_ref, dtb_ref, alog_ref, conv_ref, wx_ref=None, wdt_ref=None, conv_out_ref,
-                 wx_out_ref=None, wdt_out_ref=None, xr_ref, dtr_ref, dar_ref, info_ref,
-                 plan: Plan):
+def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, xbc_ref=None,
+                 dt_ref=None, w_ref, cb_ref, dtb_ref, alog_ref, conv_ref, wx_ref=None,
+                 wdt_ref=None, conv_out_ref, wx_out_ref=None, wdt_out_ref=None, xr_ref, dtr_ref,
+                 dar_ref, info_ref, bounds_ref=None, plan: Plan):
   """Conv and dt of one sequence's rows, grid (C / block_c + 1, B).
 
   Refs (E pool entries, B sequences, RT scratch rows, K1 = K-1):
     idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
     pend_ref        [E] int32             compact: pending window rows
+    starts_ref      [E] int32             compact: window rows that begin a call (bitmask)
     xbc_ref         [B, R, C]             new rows, raw (absent in a fold)
     dt_ref          [B, R, H]             their raw dt
     w_ref           [C, K] f32            conv taps, oldest first
     cb_ref [C], dtb_ref [H], alog_ref [H]   f32 conv bias, dt_bias, A_log
     conv_ref        snapshot [E, S, C, K1], compact [E, C, K1]; aliased to conv_out_ref
-    wx_ref          compact [E, W, C]     window xBC; aliased to wx_out_ref
+    wx_ref          compact [E, W, C]     window xBC; aliased to wx_out_ref (new rows go to
+                                          window rows woff.. (`_window_plan`))
     wdt_ref         compact [E, W, H] f32   window dt; aliased to wdt_out_ref
   Outputs besides the aliased state:
     xr_ref          [B, RT, C] f32        post-conv rows (replayed at 0..W-1 in compact)
     dtr_ref, dar_ref  [B, RT, H] f32      processed dt and decay exp(dt A) of those rows
     info_ref        [B] int32             rows to replay, or -1: the call rejects the sequence
+    bounds_ref      compact [B] int32     the sequence's `starts` before the call (the SSM
+                                          kernel rounds a 16-bit state at them and writes the
+                                          new bitmask)
   """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
@@ -266,8 +284,11 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
   BH = tiles_lib.pow2_divisor(H, 128)
 
   pid, b = pl.program_id(0), pl.program_id(1)
-  e, row, n, valid, _, n_rep = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref)
+  e, row, n, valid, _, n_rep, starts = _load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref,
+                                                    starts_ref)
   off, commit, first_kept = plan.new_off, plan.commit, plan.first_kept
+  if plan.compact:
+    flush, woff, _, _ = _window_plan(plan, n_rep, n, starts)
   pre_rep = plan.compact and plan.unroll_replay
   pre_new = plan.R and plan.unroll_new
 
@@ -287,7 +308,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
     else:
       win = tuple(conv_ref[e, row, cs, j].astype(f32) for j in range(K1))
     ahead = _Lookahead(None)
-    rep_in = _prefetch(0, plan.cap, load_rep, pre_rep, ahead)
+    rep_in = _prefetch(0, plan.W, load_rep, pre_rep, ahead)
     new_in = _prefetch(0, plan.R, load_new, pre_new, ahead)
 
     if plan.compact:
@@ -297,9 +318,9 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
                                                not plan.interpret)
         return _sel(active, win[1:] + (v,), win)
 
-      win = _rows(0, plan.cap, n_rep, load_rep, replay, win, rep_in)
+      win = _rows(0, plan.W, n_rep, load_rep, replay, win, rep_in)
       if commit == 0:
-        pl.when(n_rep > 0)(lambda: store_conv_base(cs, win))
+        pl.when((n_rep > 0) & flush)(lambda: store_conv_base(cs, win))
       backend.barrier(plan.interpret)
     if not plan.R:
       return
@@ -311,7 +332,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
       new_win = win[1:] + (v,)
       if plan.compact:
         def store_window():
-          wx_out_ref[e, i - commit, cs] = raw.astype(wx_out_ref.dtype)
+          wx_out_ref[e, woff + i - commit, cs] = raw.astype(wx_out_ref.dtype)
         _kept(i, commit, active, store_window)
         if commit:
           pl.when(i == commit - 1)(lambda: store_conv_base(cs, new_win))
@@ -328,6 +349,8 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
   @pl.when(pid == n_cblocks)
   def _dt():
     info_ref[b] = jnp.where(valid, n_rep, -1)
+    if plan.compact:
+      bounds_ref[b] = starts
 
     @pl.when(valid)
     def _():
@@ -337,7 +360,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
         load_rep = lambda j: wdt_ref[e, j, hs]
         load_new = lambda i: dt_ref[b, i, hs].astype(f32)
         ahead = _Lookahead(None)
-        rep_in = _prefetch(0, plan.cap, load_rep, pre_rep, ahead)
+        rep_in = _prefetch(0, plan.W, load_rep, pre_rep, ahead)
         new_in = _prefetch(0, plan.R, load_new, pre_new, ahead)
 
         def put(r, raw):
@@ -349,7 +372,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
           def replay(j, raw, c, active):
             put(j, raw)
             return c
-          _rows(0, plan.cap, n_rep, load_rep, replay, 0, rep_in)
+          _rows(0, plan.W, n_rep, load_rep, replay, 0, rep_in)
           backend.barrier(plan.interpret)
         if not plan.R:
           continue
@@ -358,7 +381,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
           put(off + i, raw)
           if plan.compact:
             def store_window():
-              wdt_out_ref[e, i - commit, hs] = raw
+              wdt_out_ref[e, woff + i - commit, hs] = raw
             _kept(i, commit, active, store_window)
           return c
 
@@ -368,7 +391,7 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, xbc_ref=None, dt_ref
 def prep(plan: Plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
   """Runs the prep kernel. Returns its outputs by name (`_prep_kernel`)."""
   cfg = plan.cfg
-  C, H, K1, E, cap = cfg.conv_dim, cfg.nheads, cfg.d_conv - 1, plan.E, plan.cap
+  C, H, K1, E, cap, W = cfg.conv_dim, cfg.nheads, cfg.d_conv - 1, plan.E, plan.cap, plan.W
   sds = jax.ShapeDtypeStruct
   compact = plan.compact
   conv_shape = (E, C, K1) if compact else (E, cap, C, K1)
@@ -376,16 +399,18 @@ def prep(plan: Plan, params, state, xbc, dt, state_row, cache_indices, num_rows)
       lambda **refs: _prep_kernel(**refs, plan=plan),
       inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
                   pend_ref=state.pending if compact else None,
+                  starts_ref=state.starts if compact else None,
                   xbc_ref=xbc if plan.R else None, dt_ref=dt if plan.R else None,
                   w_ref=params.conv_weight, cb_ref=params.conv_bias, dtb_ref=params.dt_bias,
                   alog_ref=params.A_log, conv_ref=state.conv,
                   wx_ref=state.win_xbc if compact else None,
                   wdt_ref=state.win_dt if compact else None),
       outputs=dict(conv_out_ref=sds(conv_shape, plan.conv_dtype),
-                   wx_out_ref=sds((E, cap, C), plan.y_dtype) if compact else None,
-                   wdt_out_ref=sds((E, cap, H), f32) if compact else None,
+                   wx_out_ref=sds((E, W, C), plan.y_dtype) if compact else None,
+                   wdt_out_ref=sds((E, W, H), f32) if compact else None,
                    xr_ref=sds((plan.B, plan.RT, C), f32), dtr_ref=sds((plan.B, plan.RT, H), f32),
-                   dar_ref=sds((plan.B, plan.RT, H), f32), info_ref=sds((plan.B,), jnp.int32)),
+                   dar_ref=sds((plan.B, plan.RT, H), f32), info_ref=sds((plan.B,), jnp.int32),
+                   bounds_ref=sds((plan.B,), jnp.int32) if compact else None),
       aliases=dict(conv_ref="conv_out_ref", wx_ref="wx_out_ref", wdt_ref="wdt_out_ref"),
       grid=(C // plan.block_c + 1, plan.B),
       num_warps=plan.tiles.prep_warps, num_stages=1, interpret=plan.interpret,
@@ -397,14 +422,15 @@ def prep(plan: Plan, params, state, xbc, dt, state_row, cache_indices, num_rows)
 # ----------------------------------------------------------------------------------------------
 
 
-def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, z_ref=None,
-                d_ref, ssm_ref, pend_ref=None, ssm_out_ref, pend_out_ref=None, y_ref=None,
-                plan: Plan):
+def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, bounds_ref=None, xr_ref, dtr_ref,
+                dar_ref, z_ref=None, d_ref, ssm_ref, pend_ref=None, starts_ref=None, ssm_out_ref,
+                pend_out_ref=None, starts_out_ref=None, y_ref=None, plan: Plan):
   """State update and y readout of one head's [block_p, N] state tile, grid (P / block_p, B, H).
 
   Refs (E pool entries, B sequences, RT scratch rows):
     idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
     info_ref        [B] int32             from prep: rows to replay, or -1 (rejected)
+    bounds_ref      compact [B] int32     from prep: the `starts` bitmask before the call
     xr_ref          [B, RT, C] f32        post-conv rows (from prep)
     dtr_ref, dar_ref  [B, RT, H] f32      processed dt and decay (from prep)
     z_ref           [B, R, H*P]           optional gate
@@ -412,6 +438,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
     ssm_ref         snapshot [E, S, H, P, N], compact [E, H, P, N], in the state dtype (widened
                     to f32 on load, rounded on store); aliased to ssm_out_ref
     pend_ref        compact [E] int32     pending rows; aliased to pend_out_ref
+    starts_ref      compact [E] int32     `starts` bitmask; aliased to starts_out_ref (prep
+                                          read it: this kernel only writes it)
     y_ref           [B, R, H*P]           output y (absent in a fold)
 
   The tile is held as A = N / n_cols tiles [block_p, n_cols], tile k holding n in
@@ -422,7 +450,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
   same layout (no conversion).
 
   With a 16-bit state dtype the running state is also rounded (`rounded`) where the other
-  mode stores it: after the replay (compact; snapshot loads a stored slot) and after row
+  mode stores it: after the replay (compact; snapshot loads a stored slot), before each
+  replayed row that began an earlier call (deferred commit: `bounds_ref`), and after row
   R - capacity - 1 of a call of R > capacity rows (compact commits the base there).
   """
   cfg = plan.cfg
@@ -471,20 +500,31 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, info_ref, xr_ref, dtr_ref, dar_ref, 
     slot = () if plan.compact else (row_ref[b],)
     st = [ssm_ref[(e,) + slot + (h, ps, cols)].astype(f32) for cols in tiles_n]
     ahead = _Lookahead(plan.tiles.prefetch)
-    rep_in = _prefetch(0, plan.cap, load_rep, plan.compact and plan.unroll_replay, ahead)
+    rep_in = _prefetch(0, plan.W, load_rep, plan.compact and plan.unroll_replay, ahead)
     new_in = _prefetch(0, plan.R, load_new, plan.R and plan.unroll_new, ahead)
     if plan.compact:
       # Replayed rows branch on `active` (a uniform scalar) instead of selecting, so a call
       # that replays fewer than W rows does not pay for the others.
-      st = _rows(0, plan.cap, n_rep, load_rep,
-                 lambda j, a, st, active: _if(active, lambda s: update(s, *a), st), st, rep_in)
+      bounds = bounds_ref[b]
+      flush, _, new_pending, new_starts = _window_plan(plan, n_rep, n, bounds)
+
+      def replay_row(j, a, st):
+        if plan.cfg.deferred and plan.state_dtype != f32:
+          began_call = ((bounds >> j) & 1) > 0         # j <= 31: W <= 32
+          st = _sel(began_call, rounded(st), st)
+        return update(st, *a)
+
+      st = _rows(0, plan.W, n_rep, load_rep,
+                 lambda j, a, st, active: _if(active, lambda s: replay_row(j, a, s), st), st,
+                 rep_in)
       st = rounded(st)
       if commit == 0:
-        pl.when(n_rep > 0)(lambda: store_state(st))
+        pl.when((n_rep > 0) & flush)(lambda: store_state(st))
 
       @pl.when((pid_p == 0) & (h == 0))
       def _():
-        pend_out_ref[e] = n - commit
+        pend_out_ref[e] = new_pending
+        starts_out_ref[e] = new_starts
     if not plan.R:
       return
 
@@ -550,15 +590,18 @@ def ssm(plan: Plan, params, state, prepped, state_row, z, cache_indices, num_row
   return backend.pallas_call(
       lambda **refs: _ssm_kernel(**refs, plan=plan),
       inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
-                  info_ref=prepped["info_ref"], xr_ref=prepped["xr_ref"],
+                  info_ref=prepped["info_ref"], bounds_ref=prepped.get("bounds_ref"),
+                  xr_ref=prepped["xr_ref"],
                   dtr_ref=prepped["dtr_ref"], dar_ref=prepped["dar_ref"],
                   z_ref=z if plan.has_z else None, d_ref=params.D, ssm_ref=state.ssm,
-                  pend_ref=state.pending if compact else None),
+                  pend_ref=state.pending if compact else None,
+                  starts_ref=state.starts if compact else None),
       outputs=dict(ssm_out_ref=sds((E, H, P, N) if compact else (E, cap, H, P, N),
                                    plan.state_dtype),
                    pend_out_ref=sds((E,), jnp.int32) if compact else None,
+                   starts_out_ref=sds((E,), jnp.int32) if compact else None,
                    y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
-      aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref"),
+      aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref", starts_ref="starts_out_ref"),
       grid=(P // plan.block_p, plan.B, H),
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
@@ -575,7 +618,7 @@ def run(plan: Plan, params, state, xbc, dt, state_row, z, cache_indices, num_row
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       win_xbc=prepped["wx_out_ref"], win_dt=prepped["wdt_out_ref"],
-                      pending=out["pend_out_ref"])
+                      pending=out["pend_out_ref"], starts=out["starts_out_ref"])
   else:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"])
   return out.get("y_ref"), new
