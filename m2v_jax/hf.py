@@ -1,0 +1,265 @@
+"""Hugging Face checkpoints in: `Mamba2ForCausalLM` and the Mamba layers of Nemotron-H.
+
+`load(path)` reads a checkpoint directory (`config.json` and `model.safetensors`, or shards
+listed in `model.safetensors.index.json`) with the `safetensors` package's NumPy loader and
+returns the model's `ModelConfig` and `ModelParams`: embeddings, per Mamba layer the block's
+RMSNorm weight and the `layer.MixerParams`, the final norm and the LM head. `forward` runs the
+model through `layer.mixer` (prefill, or a verify call of R rows) and returns logits, in either
+replay mode, with the layer's states donated like the ops'.
+
+Names and layouts read (Hugging Face `modeling_mamba2.py`, Nemotron-H's `modeling_nemotron_h.py`):
+`backbone.embeddings.weight [V, D]`, `backbone.layers.{i}.norm.weight [D]`,
+`backbone.layers.{i}.mixer.{in_proj.weight [D_in_proj, D], conv1d.weight [C, 1, K],
+conv1d.bias [C], dt_bias [H], A_log [H], D [H], norm.weight [d_inner], out_proj.weight
+[D, d_inner]}`, `backbone.norm_f.weight [D]`, `lm_head.weight [V, D]` (the embeddings when
+tied). Block: x + mixer(RMSNorm(x)); logits = RMSNorm_f(x) @ lm_headᵀ. Nemotron-H's attention
+and MLP layers are not part of this library: `load` lists which layers are Mamba layers and
+loads those (`ModelParams.layers` maps a layer index to its parameters).
+
+Install the reader with `pip install 'm2v_jax[hf]'` (the `safetensors` package).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from m2v_jax import config as config_lib
+from m2v_jax import layer as layer_lib
+from m2v_jax import params as params_lib
+from m2v_jax import state as state_lib
+
+f32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """What `forward` needs of a checkpoint's `config.json`.
+
+  Attributes:
+    mixer: the Mamba layers' `layer.MixerConfig` (mode, capacity and window as asked).
+    vocab_size, n_layers: sizes.
+    mamba_layers: indices of the Mamba layers (all of them for Mamba2).
+    norm_eps: epsilon of the blocks' and the final RMSNorm.
+    tie_embeddings: whether the LM head is the embedding matrix.
+    model_type: "mamba2" or "nemotron_h".
+  """
+
+  mixer: layer_lib.MixerConfig
+  vocab_size: int
+  n_layers: int
+  mamba_layers: tuple[int, ...]
+  norm_eps: float
+  tie_embeddings: bool
+  model_type: str
+
+
+class LayerWeights(NamedTuple):
+  """One Mamba block: the RMSNorm before the mixer, and the mixer."""
+
+  norm: jax.Array
+  mixer: layer_lib.MixerParams
+
+
+class ModelParams(NamedTuple):
+  """Embeddings [V, D], the Mamba blocks in order, final norm [D], LM head [V, D]."""
+
+  embeddings: jax.Array
+  layers: tuple[LayerWeights, ...]
+  norm_f: jax.Array
+  lm_head: jax.Array
+
+
+def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
+                 window: int | None = None) -> ModelConfig:
+  """`ModelConfig` from a parsed `config.json` of `Mamba2ForCausalLM` (model_type "mamba2")
+  or Nemotron-H ("nemotron_h"), with the verify options given here.
+
+  Raises:
+    ValueError: another model type, or a configuration the mixer does not support (an
+      in_proj with extra MLP channels, a bias on the projections, an activation other than
+      silu).
+  """
+  kind = hf.get("model_type")
+  if kind == "mamba2":
+    H, P, N = hf["num_heads"], hf["head_dim"], hf["state_size"]
+    n_layers = hf["num_hidden_layers"]
+    mamba_layers = tuple(range(n_layers))
+    bias, act = hf.get("use_bias", False), hf.get("hidden_act", "silu")
+  elif kind == "nemotron_h":
+    H, P, N = hf["mamba_num_heads"], hf["mamba_head_dim"], hf["ssm_state_size"]
+    pattern = hf["hybrid_override_pattern"]
+    n_layers = len(pattern)
+    mamba_layers = tuple(i for i, c in enumerate(pattern) if c == "M")
+    bias, act = hf.get("mamba_proj_bias", False), hf.get("mamba_hidden_act", "silu")
+  else:
+    raise ValueError(f"config.json: model_type {kind!r} is not supported (mamba2, nemotron_h)")
+  if bias:
+    raise ValueError("config.json: in_proj/out_proj with a bias are not supported")
+  if act != "silu":
+    raise ValueError(f"config.json: the mixer's activation must be silu, got {act!r}")
+  if not hf.get("use_conv_bias", True):
+    raise ValueError("config.json: a conv without bias is not supported")
+  lo, hi = (_number(v) for v in hf.get("time_step_limit") or (0.0, math.inf))
+  ssm = config_lib.Mamba2Config(
+      nheads=H, headdim=P, dstate=N, ngroups=hf["n_groups"], d_conv=hf["conv_kernel"],
+      capacity=capacity, replay_mode=replay_mode, window=window,
+      dt_limit=(float(lo), float(hi)))
+  eps = float(hf.get("layer_norm_epsilon", 1e-5))
+  mixer = layer_lib.MixerConfig(ssm=ssm, d_model=hf["hidden_size"], norm_eps=eps)
+  return ModelConfig(mixer=mixer, vocab_size=hf["vocab_size"], n_layers=n_layers,
+                     mamba_layers=mamba_layers, norm_eps=eps,
+                     tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+                     model_type=kind)
+
+
+def _number(v) -> float:
+  """A float of config.json: a number, JSON's `Infinity`, or transformers' `{"__float__":
+  "Infinity"}`."""
+  return float(v["__float__"]) if isinstance(v, dict) else float(v)
+
+
+def read_tensors(path: str) -> dict[str, np.ndarray]:
+  """Every tensor of a checkpoint directory (or one .safetensors file) as NumPy arrays."""
+  try:
+    from safetensors.numpy import load_file
+  except ImportError as err:
+    raise ImportError("reading Hugging Face checkpoints needs the safetensors package: "
+                      "pip install 'm2v_jax[hf]'") from err
+  if os.path.isfile(path):
+    return load_file(path)
+  index = os.path.join(path, "model.safetensors.index.json")
+  if os.path.exists(index):
+    with open(index) as f:
+      files = sorted(set(json.load(f)["weight_map"].values()))
+  else:
+    files = ["model.safetensors"]
+  out = {}
+  for name in files:
+    full = os.path.join(path, name)
+    if not os.path.exists(full):
+      raise FileNotFoundError(f"{full}: checkpoint file missing")
+    out.update(load_file(full))
+  return out
+
+
+def _take(tensors, name, shape):
+  if name not in tensors:
+    raise ValueError(f"checkpoint: tensor {name!r} is missing")
+  a = tensors[name]
+  if tuple(a.shape) != tuple(shape):
+    raise ValueError(f"checkpoint: {name} has shape {list(a.shape)}, expected {list(shape)}")
+  return a
+
+
+def mixer_params(cfg: layer_lib.MixerConfig, tensors: dict, prefix: str) -> layer_lib.MixerParams:
+  """A mixer's parameters from the tensors named `{prefix}.in_proj.weight` etc.
+
+  Raises:
+    ValueError: a missing tensor or one of another shape (the message names it).
+  """
+  s = cfg.ssm
+  t = lambda name, shape: _take(tensors, f"{prefix}.{name}", shape)
+  conv_w = t("conv1d.weight", (s.conv_dim, 1, s.d_conv))
+  as32 = lambda a: jnp.asarray(np.asarray(a, np.float32))
+  ssm = params_lib.LayerParams(
+      conv_weight=as32(conv_w[:, 0, :]), conv_bias=as32(t("conv1d.bias", (s.conv_dim,))),
+      dt_bias=as32(t("dt_bias", (s.nheads,))), A_log=as32(t("A_log", (s.nheads,))),
+      D=as32(t("D", (s.nheads,))))
+  return layer_lib.MixerParams(
+      in_proj=jnp.asarray(t("in_proj.weight", (cfg.d_in_proj, cfg.d_model)).T),
+      ssm=ssm,
+      norm_weight=jnp.asarray(t("norm.weight", (cfg.d_inner,))),
+      out_proj=jnp.asarray(t("out_proj.weight", (cfg.d_model, cfg.d_inner)).T))
+
+
+def load(path: str, *, capacity: int = 8, replay_mode: str = "snapshot",
+         window: int | None = None) -> tuple[ModelConfig, ModelParams]:
+  """Reads a checkpoint directory: `config.json` and its safetensors.
+
+  Args:
+    path: the directory.
+    capacity, replay_mode, window: the verify options (`Mamba2Config`).
+
+  Returns:
+    (ModelConfig, ModelParams); weights keep the checkpoint's dtype (bf16 stays bf16), the
+    SSM parameters are float32.
+
+  Raises:
+    ValueError: an unsupported configuration, a missing or mis-shaped tensor.
+    FileNotFoundError: a missing config.json or safetensors file.
+  """
+  with open(os.path.join(path, "config.json")) as f:
+    cfg = model_config(json.load(f), capacity=capacity, replay_mode=replay_mode, window=window)
+  tensors = read_tensors(path)
+  D, V = cfg.mixer.d_model, cfg.vocab_size
+  emb = _take(tensors, "backbone.embeddings.weight", (V, D))
+  head = emb if cfg.tie_embeddings else tensors.get("lm_head.weight")
+  if head is None:
+    raise ValueError("checkpoint: tensor 'lm_head.weight' is missing (the config does not tie "
+                     "it to the embeddings)")
+  _take({"lm_head.weight": head}, "lm_head.weight", (V, D))
+  layers = tuple(
+      LayerWeights(norm=jnp.asarray(_take(tensors, f"backbone.layers.{i}.norm.weight", (D,))),
+                   mixer=mixer_params(cfg.mixer, tensors, f"backbone.layers.{i}.mixer"))
+      for i in cfg.mamba_layers)
+  return cfg, ModelParams(embeddings=jnp.asarray(emb), layers=layers,
+                          norm_f=jnp.asarray(_take(tensors, "backbone.norm_f.weight", (D,))),
+                          lm_head=jnp.asarray(head))
+
+
+def rms_norm(x, weight, eps):
+  """x / sqrt(mean(x²) + eps) * weight, in float32 (Hugging Face's Mamba2 RMSNorm)."""
+  x = x.astype(f32)
+  return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight.astype(f32)
+
+
+def init_states(cfg: ModelConfig, num_entries: int, dtype=jnp.float32, **kw):
+  """One state pool per Mamba layer (`init_state` arguments in `kw`)."""
+  return tuple(state_lib.init_state(cfg.mixer.ssm, num_entries, dtype, **kw)
+               for _ in cfg.mamba_layers)
+
+
+def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
+            num_rows=None, cache_indices=None, prefill: bool = False, chunked=None,
+            backend: str | None = None, dtype=jnp.float32):
+  """Logits of R rows of each sequence through a Mamba2 model (Mamba layers only).
+
+  Args:
+    cfg, params: from `load`.
+    states: one pool per Mamba layer (`init_states`).
+    tokens: [B, R] int token ids.
+    state_row, num_rows, cache_indices: as `m2v_jax.verify`.
+    prefill: `m2v_jax.prefill` (any R) instead of a verify call.
+    chunked, backend: as the ops.
+    dtype: activation dtype of the mixers.
+
+  Returns:
+    (logits [B, R, V] float32, the new states).
+
+  Raises:
+    ValueError: a Nemotron-H model (its attention and MLP layers are not here).
+  """
+  if cfg.model_type != "mamba2":
+    raise ValueError("forward: runs Mamba2 models; for Nemotron-H, call layer.mixer on the "
+                     "Mamba layers inside your own model")
+  x = params.embeddings[jnp.asarray(tokens)].astype(f32)
+  new_states = []
+  for lw, st in zip(params.layers, states):
+    h = rms_norm(x, lw.norm, cfg.norm_eps).astype(dtype)
+    out, st = layer_lib.mixer(cfg.mixer, lw.mixer, st, h, state_row, cache_indices=cache_indices,
+                              num_rows=num_rows, prefill=prefill, chunked=chunked,
+                              backend=backend)
+    new_states.append(st)
+    x = x + out.astype(f32)
+  logits = jnp.dot(rms_norm(x, params.norm_f, cfg.norm_eps), params.lm_head.astype(f32).T,
+                   precision=lax.Precision.HIGHEST)
+  return logits, tuple(new_states)

@@ -1,0 +1,173 @@
+"""The Mamba-2 mixer as a layer: the projections and the gated norm around the verify ops.
+
+    hidden [B, R, d_model] --in_proj--> [z | xBC | dt] --conv + SSM (`prefill` / `verify`)--> y
+    y --RMSNorm(y * silu(z)), per group of d_inner / norm_groups channels--> --out_proj--> out
+
+This is the mixer of Hugging Face's `Mamba2Mixer` and of Nemotron-H's Mamba layers (gated norm
+with `norm_before_gate=False`; state-spaces/mamba `Mamba2` with `rmsnorm=True`). Parameters
+are a pytree (`MixerParams`) and the layer is a plain function, so it composes with `jax.jit`
+(donate the state), `lax.scan` over stacked layers and `m2v_jax.sharding`. `m2v_jax.hf` loads
+the parameters from Hugging Face checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from m2v_jax import config as config_lib
+from m2v_jax import ops
+from m2v_jax import params as params_lib
+from m2v_jax.kernels import rowmath
+
+f32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class MixerConfig:
+  """A mixer layer: the SSM geometry and mode (`ssm`) plus the projections' sizes.
+
+  Attributes:
+    ssm: the `Mamba2Config` of the conv + SSM (geometry, replay mode, capacity, window,
+      dt_limit).
+    d_model: width of the layer's input and output.
+    norm_eps: epsilon of the gated RMSNorm.
+    norm_groups: groups of the gated RMSNorm (each normalizes d_inner / norm_groups
+      channels); default `ssm.ngroups`, as Hugging Face's Mamba2 and Nemotron-H do.
+  """
+
+  ssm: config_lib.Mamba2Config
+  d_model: int
+  norm_eps: float = 1e-5
+  norm_groups: int | None = None
+
+  def __post_init__(self):
+    if not isinstance(self.d_model, int) or self.d_model < 1:
+      raise ValueError(f"d_model: expected a positive int, got {self.d_model!r}")
+    if self.d_inner % self.groups:
+      raise ValueError(f"norm_groups: expected a divisor of d_inner={self.d_inner}, got "
+                       f"{self.groups}")
+
+  @property
+  def d_inner(self) -> int:
+    return self.ssm.d_inner
+
+  @property
+  def groups(self) -> int:
+    return self.ssm.ngroups if self.norm_groups is None else self.norm_groups
+
+  @property
+  def d_in_proj(self) -> int:
+    """Width of in_proj's output: z (d_inner), xBC (conv_dim), dt (nheads)."""
+    return self.d_inner + self.ssm.conv_dim + self.ssm.nheads
+
+
+class MixerParams(NamedTuple):
+  """Parameters of one mixer layer.
+
+  Attributes:
+    in_proj: [d_model, d_in_proj] (input @ in_proj; Hugging Face stores its transpose), any
+      float dtype.
+    ssm: the conv + SSM parameters (`LayerParams`, float32).
+    norm_weight: [d_inner] gated-RMSNorm weight.
+    out_proj: [d_inner, d_model].
+  """
+
+  in_proj: jax.Array
+  ssm: params_lib.LayerParams
+  norm_weight: jax.Array
+  out_proj: jax.Array
+
+
+def check_params(cfg: MixerConfig, p: MixerParams) -> None:
+  """Raises ValueError naming the first parameter whose shape does not match `cfg`."""
+  want = dict(in_proj=(cfg.d_model, cfg.d_in_proj), norm_weight=(cfg.d_inner,),
+              out_proj=(cfg.d_inner, cfg.d_model))
+  for name, shape in want.items():
+    got = tuple(getattr(p, name).shape)
+    if got != shape:
+      raise ValueError(f"{name}: expected shape {list(shape)}, got {list(got)}")
+
+
+def split_projection(cfg: MixerConfig, zxbcdt):
+  """[..., d_in_proj] -> (z [..., d_inner], xBC [..., conv_dim], dt [..., nheads])."""
+  di, C = cfg.d_inner, cfg.ssm.conv_dim
+  return zxbcdt[..., :di], zxbcdt[..., di:di + C], zxbcdt[..., di + C:]
+
+
+def gated_rms_norm(y, z, weight, groups: int, eps: float):
+  """RMSNorm(y * silu(z)) over `groups` groups of channels, times `weight`, in float32
+  (`norm_before_gate=False`). Returns float32."""
+  g = y.astype(f32) * rowmath.silu(z.astype(f32))
+  shape = g.shape
+  g = g.reshape(shape[:-1] + (groups, shape[-1] // groups))
+  g = g * lax.rsqrt(jnp.mean(g * g, axis=-1, keepdims=True) + eps)
+  return g.reshape(shape) * weight.astype(f32)
+
+
+def _dot(a, w):
+  return jnp.dot(a, w, precision=lax.Precision.HIGHEST, preferred_element_type=f32)
+
+
+def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
+          cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
+          backend: str | None = None):
+  """One mixer layer over R rows of each sequence.
+
+  Args:
+    cfg: the layer (`cfg.ssm.replay_mode` picks the mode).
+    params: `MixerParams`.
+    state: the layer's state pool (`init_state(cfg.ssm, ...)`), donated when the op runs
+      eagerly; inside a jit, donate it there.
+    hidden: [B, R, d_model] input rows (float32, bfloat16 or float16: the activation dtype
+      of the conv and SSM).
+    state_row: [B] int32: as `m2v_jax.verify` (`state_row_from_accepted` converts vLLM's
+      `num_accepted_tokens`).
+    cache_indices, num_rows: as `m2v_jax.verify` (num_rows: verify calls only).
+    prefill: run `m2v_jax.prefill` (any R) instead of `m2v_jax.verify` (R <= capacity).
+    chunked: `m2v_jax.prefill`'s path choice.
+    backend: as `m2v_jax.verify`.
+
+  Returns:
+    (out [B, R, d_model] in hidden's dtype, the new state). Rows of a sequence the op rejects
+    are NaN; padding rows give out = 0.
+
+  Raises:
+    ValueError / TypeError: as the ops, and for parameter shapes that do not match `cfg`.
+  """
+  check_params(cfg, params)
+  dtype = hidden.dtype
+  z, xbc, dt = split_projection(cfg, _dot(hidden, params.in_proj).astype(dtype))
+  if prefill:
+    y, state = ops.prefill(cfg.ssm, params.ssm, state, xbc, dt, state_row,
+                           cache_indices=cache_indices, chunked=chunked, backend=backend)
+  else:
+    y, state = ops.verify(cfg.ssm, params.ssm, state, xbc, dt, state_row,
+                          cache_indices=cache_indices, num_rows=num_rows, backend=backend)
+  g = gated_rms_norm(y, z, params.norm_weight, cfg.groups, cfg.norm_eps)
+  return _dot(g, params.out_proj.astype(f32)).astype(dtype), state
+
+
+def state_row_from_accepted(num_accepted_tokens):
+  """`state_row` from vLLM / FlashInfer's `num_accepted_tokens` (>= 1: the accepted drafts
+  plus the bonus token the verify call produced): the last accepted row of the call is
+  `num_accepted_tokens - 1`.
+
+  A call of R rows holds the last committed token (row 0) and R-1 drafts; if k drafts pass,
+  the target model emits k + 1 tokens (the k drafts and one more), so `num_accepted_tokens =
+  k + 1` and the state after row k (`state_row = k`) is where the next call starts.
+
+  Args:
+    num_accepted_tokens: [B] int (host or device).
+
+  Returns:
+    [B] int32 `state_row` (host values stay NumPy; device values stay on the device).
+  """
+  if isinstance(num_accepted_tokens, jax.Array):
+    return (num_accepted_tokens - 1).astype(jnp.int32)
+  import numpy as np
+  return (np.asarray(num_accepted_tokens) - 1).astype(np.int32)

@@ -1,0 +1,171 @@
+"""The mixer layer and the Hugging Face loader against transformers' own Mamba2ForCausalLM.
+
+The fixtures (`tests/fixtures/hf_mamba2`, written by `tools/make_hf_fixtures.py` with torch and
+transformers) hold a small random model's safetensors and config.json, its logits for a
+40-token prompt (transformers' chunked path: three chunks of 16) and for 20 greedy decode
+steps (its one-token path). Here the checkpoint goes through `m2v_jax.hf.load` and
+`m2v_jax.layer.mixer`: prefill, one-token decode, and speculative verify calls with rejected
+drafts, in both modes, must give transformers' logits within float32 rounding (relative 1e-5)
+and its tokens.
+"""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import m2v_jax as m
+from m2v_jax import hf
+from m2v_jax import layer as layer_lib
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
+GOLDEN = np.load(os.path.join(FIXTURE, "golden.npz"))
+MODES = ["snapshot", "compact"]
+
+
+def rel(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+class HFChecks:
+  """Golden logits through each backend (compiled and interpret variants, and the reference)."""
+
+  backend: str
+
+  def _prefill(self, mode, **kw):
+    cfg, p = hf.load(FIXTURE, replay_mode=mode, **kw)
+    states = hf.init_states(cfg, 1, jnp.float32)
+    logits, states = hf.forward(cfg, p, states, GOLDEN["prompt"][None], np.zeros(1, np.int32),
+                                prefill=True, backend=self.backend)
+    return cfg, p, states, np.asarray(logits[0])
+
+  @pytest.mark.parametrize("mode", MODES)
+  def test_prompt_and_greedy_decode(self, mode):
+    cfg, p, states, logits = self._prefill(mode)
+    assert rel(logits, GOLDEN["prompt_logits"]) < 1e-5
+    tok = int(np.argmax(logits[-1]))
+    tokens, row = [tok], np.array([cfg.mixer.ssm.capacity - 1], np.int32)   # the prompt's last row
+    for step in range(1, len(GOLDEN["tokens"])):
+      out, states = hf.forward(cfg, p, states, np.array([[tok]]), row, backend=self.backend)
+      assert rel(out[0, 0], GOLDEN["step_logits"][step]) < 1e-5, step
+      tok = int(np.argmax(np.asarray(out[0, 0])))
+      tokens.append(tok)
+      row = np.zeros(1, np.int32)
+    assert tokens == GOLDEN["tokens"].tolist()
+
+  @pytest.mark.parametrize("mode,window", [("snapshot", None), ("compact", None),
+                                           ("compact", 16)])
+  def test_speculative_verify_with_rejected_drafts(self, mode, window):
+    """Verify calls of 4 rows (last token + 3 drafts); drafts are the golden tokens with some
+    replaced by wrong ones, so calls accept 0-3 of them; the accepted rows' logits and the
+    resulting tokens are transformers' greedy ones."""
+    cfg, p, states, logits = self._prefill(mode, window=window)
+    golden = GOLDEN["tokens"].tolist()
+    V = cfg.vocab_size
+    rng = np.random.default_rng(0)
+    done, row = 1, np.array([cfg.mixer.ssm.capacity - 1], np.int32)
+    while done < len(golden) - 3:
+      drafts = golden[done:done + 3]
+      wrong = int(rng.integers(0, 4))            # 3: all drafts right
+      if wrong < 3:
+        drafts[wrong] = (drafts[wrong] + 1) % V
+      rows = np.array([[golden[done - 1]] + drafts])
+      out, states = hf.forward(cfg, p, states, rows, row, backend=self.backend)
+      out = np.asarray(out[0])
+      k = 0                                      # drafts accepted
+      while k < 3 and drafts[k] == int(np.argmax(out[k])):
+        k += 1
+      assert k == wrong if wrong < 3 else k == 3
+      for i in range(k + 1):
+        assert rel(out[i], GOLDEN["step_logits"][done + i]) < 1e-5, (done, i)
+      done += k + 1                              # k drafts and the bonus token
+      row = layer_lib.state_row_from_accepted(np.array([k + 1]))
+
+
+@pytest.mark.gpu
+class TestHFCompiled(HFChecks):
+  backend = "pallas"
+
+
+class TestHFInterpret(HFChecks):
+  backend = "interpret"
+
+
+class TestHFReference(HFChecks):
+  backend = "reference"
+
+
+def test_state_row_from_accepted():
+  assert layer_lib.state_row_from_accepted([1, 4, 8]).tolist() == [0, 3, 7]
+  dev = layer_lib.state_row_from_accepted(jnp.asarray([2, 5], jnp.int32))
+  assert isinstance(dev, jax.Array) and dev.dtype == jnp.int32 and dev.tolist() == [1, 4]
+
+
+def test_config_mapping():
+  cfg, p = hf.load(FIXTURE)
+  s = cfg.mixer.ssm
+  assert (s.nheads, s.headdim, s.dstate, s.ngroups, s.d_conv) == (2, 64, 16, 2, 4)
+  assert s.dt_limit == (0.0, float("inf")) and cfg.mixer.d_model == 64
+  assert cfg.mamba_layers == (0, 1) and len(p.layers) == 2
+  assert p.layers[0].mixer.in_proj.shape == (64, cfg.mixer.d_in_proj)
+  nemo = hf.model_config(dict(model_type="nemotron_h", mamba_num_heads=128, mamba_head_dim=64,
+                              ssm_state_size=128, n_groups=8, conv_kernel=4, hidden_size=4096,
+                              vocab_size=131072, hybrid_override_pattern="M-M*-M",
+                              layer_norm_epsilon=1e-5), replay_mode="compact")
+  assert nemo.mixer.ssm == m.BOLT.replace(replay_mode="compact")
+  assert nemo.mamba_layers == (0, 2, 5) and nemo.n_layers == 6
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda t: t.pop("backbone.layers.1.mixer.dt_bias"), "'backbone.layers.1.mixer.dt_bias' is missing"),
+    (lambda t: t.update({"backbone.layers.0.mixer.conv1d.weight": np.zeros((192, 4), np.float32)}),
+     r"conv1d.weight has shape \[192, 4\], expected \[192, 1, 4\]"),
+    (lambda t: t.pop("lm_head.weight"), "'lm_head.weight' is missing")])
+def test_loader_names_a_bad_tensor(tmp_path, edit, match):
+  from safetensors.numpy import save_file
+  tensors = hf.read_tensors(FIXTURE)
+  edit(tensors)
+  shutil.copy(os.path.join(FIXTURE, "config.json"), tmp_path / "config.json")
+  save_file(tensors, str(tmp_path / "model.safetensors"))
+  with pytest.raises(ValueError, match=match):
+    hf.load(str(tmp_path))
+
+
+def test_unsupported_model_type(tmp_path):
+  with open(tmp_path / "config.json", "w") as f:
+    json.dump({"model_type": "llama"}, f)
+  with pytest.raises(ValueError, match="model_type 'llama' is not supported"):
+    hf.load(str(tmp_path))
+
+
+def test_layers_under_scan_update_the_pools_in_place():
+  """Stacked layers under `lax.scan` in one jit with the states donated: the compiled
+  module aliases every state input to its output (no second copy of the pools)."""
+  cfg, p = hf.load(FIXTURE, replay_mode="compact")
+  mix = [lw.mixer for lw in p.layers]
+  stacked = jax.tree.map(lambda *a: jnp.stack(a), *mix)
+  states = jax.tree.map(lambda *a: jnp.stack(a), *hf.init_states(cfg, 2, jnp.float32))
+
+  def run(stacked, states, x, row):
+    def body(x, layer):
+      params, state = layer
+      out, state = layer_lib.mixer(cfg.mixer, params, state, x, row, backend="reference")
+      return x + out, state
+    return jax.lax.scan(body, x, (stacked, states))
+
+  x = jnp.ones((2, 3, cfg.mixer.d_model), jnp.float32)
+  row = jnp.zeros((2,), jnp.int32)
+  compiled = jax.jit(run, donate_argnums=1).lower(stacked, states, x, row).compile()
+  text = compiled.as_text()
+  n_state = len(jax.tree.leaves(states))
+  header = text[text.index("input_output_alias"):].split("\n", 1)[0]
+  assert header.count("may-alias") + header.count("must-alias") >= n_state, header
+  y, new_states = jax.jit(run, donate_argnums=1)(stacked, states, x, row)
+  assert all(s.is_deleted() for s in jax.tree.leaves(states))
+  assert np.all(np.isfinite(np.asarray(y)))
+  assert np.asarray(new_states.pending).tolist() == [[3, 3], [3, 3]]
