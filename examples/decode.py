@@ -18,13 +18,17 @@ much: a larger figure is timing noise).
 
     .venv/bin/python examples/decode.py --prompt="def main(" --max_new_tokens=300
 
+The model is a Hugging Face `Mamba2ForCausalLM` checkpoint (examples/weights/mamba2_stdlib:
+config.json and safetensors, trained by train.py), read with `m2v_jax.hf.load` and run
+through `m2v_jax.hf.forward`, i.e. `m2v_jax.layer.mixer` in every layer.
+
 Both decoders call the same jitted step with R rows; the greedy one marks a single row live
 (`num_rows=1`), so the dense layers see the same shapes and round alike in both.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import os
 import sys
 import time
@@ -38,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model as model_lib  # noqa: E402
 
 import m2v_jax as m2v  # noqa: E402
+from m2v_jax import hf  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PROMPT = '''import os
@@ -54,7 +59,8 @@ def main(argv):
     '''
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("weights", os.path.join(HERE, "weights", "mamba2_stdlib.npz"), "model .npz")
+flags.DEFINE_string("weights", os.path.join(HERE, "weights", "mamba2_stdlib"),
+                    "Hugging Face Mamba2 checkpoint directory")
 flags.DEFINE_string("prompt", DEFAULT_PROMPT, "prompt text")
 flags.DEFINE_string("prompt_file", None, "read the prompt from this file instead")
 flags.DEFINE_integer("max_new_tokens", 256, "bytes to generate (the first comes from the "
@@ -97,17 +103,23 @@ def whitespace_note(text: bytes) -> str:
 class Decoder:
   """Holds the compiled prefill and verify steps of one mode."""
 
-  def __init__(self, cfg, params, mode: str, rows: int, backend):
-    self.cfg, self.params, self.R = cfg, params, rows
-    self.mix = cfg.mixer(capacity=rows, replay_mode=mode)
-    self.backend = backend
-    mk = lambda prefill: jax.jit(functools.partial(model_lib.step, cfg, self.mix, prefill=prefill,
-                                                   backend=backend), donate_argnums=(1,))
+  def __init__(self, cfg: hf.ModelConfig, params: hf.ModelParams, mode: str, rows: int,
+               backend):
+    ssm = cfg.mixer.ssm.replace(capacity=rows, replay_mode=mode)
+    self.cfg = dataclasses.replace(cfg, mixer=dataclasses.replace(cfg.mixer, ssm=ssm))
+    self.params, self.R, self.backend = params, rows, backend
+
+    def mk(prefill):
+      def step(params, states, tokens, state_row, num_rows=None):
+        return hf.forward(self.cfg, params, states, tokens, state_row, num_rows=num_rows,
+                          prefill=prefill, backend=backend)
+      return jax.jit(step, donate_argnums=(1,))
+
     self._prefill_jit, self._verify_jit = mk(True), mk(False)
     self._prefill, self._verify = self._prefill_jit, self._verify_jit
 
   def fresh_states(self):
-    return [m2v.init_state(self.mix, 1, jnp.float32) for _ in range(self.cfg.n_layer)]
+    return hf.init_states(self.cfg, 1, jnp.float32)
 
   def compile(self, prompt_len: int):
     """Compiles both steps ahead of time so that timings exclude compilation."""
@@ -165,8 +177,10 @@ class Decoder:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)     # JAX's INFO lines (backends it did not find)
-  cfg, params, meta = model_lib.load(FLAGS.weights)
-  params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
+  if not os.path.isfile(os.path.join(FLAGS.weights, "config.json")):
+    sys.exit(f"decode.py: --weights={FLAGS.weights}: not a checkpoint directory (config.json)")
+  cfg, params = hf.load(FLAGS.weights)
+  meta = model_lib.load_meta(FLAGS.weights)
   if FLAGS.prompt_file:
     if not os.path.isfile(FLAGS.prompt_file):
       sys.exit(f"decode.py: --prompt_file={FLAGS.prompt_file}: no such file")

@@ -2,15 +2,18 @@
 
 Each block: RMSNorm -> in_proj -> [z | xBC | dt] -> causal conv + SSM (m2v_jax) -> gated
 RMSNorm (y * silu(z), normalized per group, as Nemotron-H does outside the SSM kernel) ->
-out_proj -> residual. Embedding and LM head are tied. Training runs the SSM in its chunked
-form (`m2v_jax.reference_ssd.ssd_chunked`); decoding runs it through `m2v_jax.prefill` and
-`m2v_jax.verify` with a state per layer.
+out_proj -> residual: Hugging Face's `Mamba2ForCausalLM` with a tied embedding and LM head.
+Training (`train.py`) runs the SSM in its chunked form (`m2v_jax.reference_ssd.ssd_chunked`)
+on the parameter dict here; `save` writes the trained model as a Hugging Face checkpoint,
+which decoding (`decode.py`) reads with `m2v_jax.hf.load` and runs through `m2v_jax.hf.forward`
+(`m2v_jax.layer.mixer` per layer: `m2v_jax.prefill` and `m2v_jax.verify`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -105,52 +108,43 @@ def forward_train(cfg: ModelConfig, params: dict, tokens, chunk: int = 64):
   return jnp.dot(rms_norm(x, params["final_norm"]), params["embed"].T, precision=HIGHEST)
 
 
-def step(cfg: ModelConfig, mix: m2v.Mamba2Config, params: dict, states: list, tokens, state_row,
-         num_rows=None, *, prefill: bool = False, backend: str | None = None):
-  """One decoding call: R rows through every layer. Returns (logits [B, R, 256], states).
-
-  Args:
-    cfg, mix: model and mixer configs (`mix.replay_mode` selects the mode).
-    params: model parameters.
-    states: one m2v_jax state pool per layer.
-    tokens: [B, R] int32 byte tokens (the last committed token, then drafts).
-    state_row: [B] int32, the last accepted row of the previous call.
-    num_rows: optional [B] int32, rows that count (verify calls only).
-    prefill: use `m2v_jax.prefill` (any R) instead of `m2v_jax.verify` (R <= capacity).
-    backend: m2v_jax backend (None: automatic).
-  """
-  x = params["embed"][tokens]
-  new_states = []
-  for lp, st in zip(params["layers"], states):
-    zxd = jnp.dot(rms_norm(x, lp["norm"]), lp["in_proj"], precision=HIGHEST)
-    z, xbc, dt = _split(cfg, zxd)
-    if prefill:
-      y, st = m2v.prefill(mix, layer_params(lp), st, xbc, dt, state_row, backend=backend)
-    else:
-      y, st = m2v.verify(mix, layer_params(lp), st, xbc, dt, state_row, num_rows=num_rows,
-                         backend=backend)
-    new_states.append(st)
-    y = gated_rms_norm(y, z, lp["gnorm"], mix.ngroups)
-    x = x + jnp.dot(y, lp["out_proj"], precision=HIGHEST)
-  logits = jnp.dot(rms_norm(x, params["final_norm"]), params["embed"].T, precision=HIGHEST)
-  return logits, new_states
+def hf_config(cfg: ModelConfig) -> dict:
+  """The model's `config.json` as Hugging Face's `Mamba2ForCausalLM` spells it (tied LM head)."""
+  mix = cfg.mixer()
+  return dict(model_type="mamba2", architectures=["Mamba2ForCausalLM"], vocab_size=VOCAB,
+              hidden_size=cfg.d_model, num_hidden_layers=cfg.n_layer, num_heads=cfg.nheads,
+              head_dim=cfg.headdim, expand=mix.d_inner // cfg.d_model, state_size=cfg.dstate,
+              n_groups=cfg.ngroups, conv_kernel=cfg.d_conv, layer_norm_epsilon=EPS,
+              use_bias=False, use_conv_bias=True, hidden_act="silu", residual_in_fp32=True,
+              tie_word_embeddings=True, time_step_limit=[0.0, float("inf")], rms_norm=True)
 
 
 def save(path: str, cfg: ModelConfig, params: dict, meta: dict) -> None:
-  flat = {"embed": params["embed"], "final_norm": params["final_norm"]}
+  """Writes the model as a Hugging Face Mamba2 checkpoint directory: config.json and
+  model.safetensors (weights in their dtype, names and layouts of `Mamba2ForCausalLM`), plus
+  the training notes in m2v_meta.json. `m2v_jax.hf.load` reads it."""
+  from safetensors.numpy import save_file
+  mix = cfg.mixer()
+  t = {"backbone.embeddings.weight": params["embed"], "backbone.norm_f.weight": params["final_norm"]}
   for i, lp in enumerate(params["layers"]):
-    for k, v in lp.items():
-      flat[f"layers.{i}.{k}"] = v
-  np.savez_compressed(path, config=json.dumps(dataclasses.asdict(cfg)), meta=json.dumps(meta),
-                      **{k: np.asarray(v) for k, v in flat.items()})
+    pre = f"backbone.layers.{i}"
+    t[f"{pre}.norm.weight"] = lp["norm"]
+    t[f"{pre}.mixer.in_proj.weight"] = lp["in_proj"].T
+    t[f"{pre}.mixer.conv1d.weight"] = lp["conv_weight"].reshape(mix.conv_dim, 1, mix.d_conv)
+    for name in ("dt_bias", "A_log", "D"):
+      t[f"{pre}.mixer.{name}"] = lp[name]
+    t[f"{pre}.mixer.conv1d.bias"] = lp["conv_bias"]
+    t[f"{pre}.mixer.norm.weight"] = lp["gnorm"]
+    t[f"{pre}.mixer.out_proj.weight"] = lp["out_proj"].T
+  os.makedirs(path, exist_ok=True)
+  save_file({k: np.ascontiguousarray(np.asarray(v)) for k, v in t.items()},
+            os.path.join(path, "model.safetensors"))
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(hf_config(cfg), f, indent=1)
+  with open(os.path.join(path, "m2v_meta.json"), "w") as f:
+    json.dump(meta, f, indent=1)
 
 
-def load(path: str) -> tuple[ModelConfig, dict, dict]:
-  with np.load(path) as f:
-    cfg = ModelConfig(**json.loads(str(f["config"])))
-    meta = json.loads(str(f["meta"]))
-    layers = [{k.split(".", 2)[2]: jnp.asarray(f[k]) for k in f.files
-               if k.startswith(f"layers.{i}.")} for i in range(cfg.n_layer)]
-    params = dict(embed=jnp.asarray(f["embed"]), final_norm=jnp.asarray(f["final_norm"]),
-                  layers=layers)
-  return cfg, params, meta
+def load_meta(path: str) -> dict:
+  with open(os.path.join(path, "m2v_meta.json")) as f:
+    return json.load(f)

@@ -1,9 +1,10 @@
 """Trains the example byte-level Mamba-2 model on the Python standard library's source.
 
 Every machine with Python has this text offline. Files are taken in sorted order; one file in
-twenty is held out for validation. Writes the weights (float16, `.npz`) that `decode.py` loads.
+twenty is held out for validation. Writes the weights (float16) as a Hugging Face Mamba2
+checkpoint directory (config.json, model.safetensors) that `decode.py` loads.
 
-    .venv/bin/python examples/train.py --steps=1500 --out=examples/weights/mamba2_stdlib.npz
+    .venv/bin/python examples/train.py --steps=1500 --out=examples/weights/mamba2_stdlib
 
 Needs optax (`pip install -e '.[train]'`).
 """
@@ -31,7 +32,7 @@ flags.DEFINE_integer("seq_len", 256, "bytes per sequence")
 flags.DEFINE_float("lr", 3e-3, "peak learning rate")
 flags.DEFINE_integer("seed", 0, "seed")
 flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights",
-                                        "mamba2_stdlib.npz"), "output .npz")
+                                        "mamba2_stdlib"), "output checkpoint directory")
 
 
 def corpus() -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -88,11 +89,11 @@ def main(argv):
             f"bits/byte  {time.time() - t0:.0f} s", flush=True)
   vl = float(eval_loss(params, val_batch)) / np.log(2)
   half = jax.tree.map(lambda a: a.astype(jnp.float16), params)
-  os.makedirs(os.path.dirname(FLAGS.out), exist_ok=True)
   model_lib.save(FLAGS.out, cfg, half, dict(steps=FLAGS.steps, val_bits_per_byte=round(vl, 4),
                                             corpus="python stdlib top-level .py files",
                                             python=sys.version.split()[0]))
-  print(f"saved {FLAGS.out} ({os.path.getsize(FLAGS.out) / 1e6:.2f} MB), val {vl:.3f} bits/byte")
+  size = os.path.getsize(os.path.join(FLAGS.out, "model.safetensors"))
+  print(f"saved {FLAGS.out} ({size / 1e6:.2f} MB), val {vl:.3f} bits/byte")
 
 
 if __name__ == "__main__":

@@ -211,9 +211,10 @@ def load(path: str, *, capacity: int = 8, replay_mode: str = "snapshot",
       LayerWeights(norm=jnp.asarray(_take(tensors, f"backbone.layers.{i}.norm.weight", (D,))),
                    mixer=mixer_params(cfg.mixer, tensors, f"backbone.layers.{i}.mixer"))
       for i in cfg.mamba_layers)
-  return cfg, ModelParams(embeddings=jnp.asarray(emb), layers=layers,
+  embeddings = jnp.asarray(emb)
+  return cfg, ModelParams(embeddings=embeddings, layers=layers,
                           norm_f=jnp.asarray(_take(tensors, "backbone.norm_f.weight", (D,))),
-                          lm_head=jnp.asarray(head))
+                          lm_head=embeddings if cfg.tie_embeddings else jnp.asarray(head))
 
 
 def rms_norm(x, weight, eps):

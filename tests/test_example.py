@@ -13,18 +13,35 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import decode  # noqa: E402
 import model as model_lib  # noqa: E402
 
-WEIGHTS = os.path.join(HERE, "..", "examples", "weights", "mamba2_stdlib.npz")
+from m2v_jax import hf  # noqa: E402
+
+WEIGHTS = os.path.join(HERE, "..", "examples", "weights", "mamba2_stdlib")
 
 
 @pytest.fixture(scope="module")
 def trained():
-  cfg, params, meta = model_lib.load(WEIGHTS)
-  return cfg, jax.tree.map(lambda a: a.astype(jnp.float32), params), meta
+  cfg, params = hf.load(WEIGHTS)               # a Hugging Face Mamba2 checkpoint directory
+  return cfg, params, model_lib.load_meta(WEIGHTS)
 
 
 def test_weights_are_trained(trained):
-  _, _, meta = trained
+  cfg, params, meta = trained
   assert meta["val_bits_per_byte"] < 2.5, meta
+  assert cfg.tie_embeddings and params.lm_head is params.embeddings
+
+
+def test_training_params_round_trip_through_the_hf_layout(tmp_path):
+  """`model.save` writes what `hf.load` reads: the example's forward and `hf.forward` agree."""
+  mcfg = model_lib.ModelConfig(d_model=32, n_layer=2, nheads=4, headdim=16, dstate=8)
+  params = model_lib.init_params(mcfg, seed=3)
+  model_lib.save(str(tmp_path), mcfg, params, {"note": "test"})
+  cfg, loaded = hf.load(str(tmp_path))
+  tokens = jnp.asarray([[5, 17, 99, 3, 200, 42]], jnp.int32)
+  want = model_lib.forward_train(mcfg, params, tokens)
+  got, _ = hf.forward(cfg, loaded, hf.init_states(cfg, 1), tokens, [0], prefill=True,
+                      backend="reference")
+  rel = float(jnp.linalg.norm(got - want) / jnp.linalg.norm(want))
+  assert rel < 1e-5, rel
 
 
 @pytest.mark.parametrize("backend", ["reference", "interpret",
