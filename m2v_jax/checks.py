@@ -178,7 +178,6 @@ def state_rows(cfg, state_row, B, cache_indices):
   bad = np.flatnonzero((entries >= 0) & ~ok)
   if bad.size:
     b = int(bad[0])
-    which = "W" if cfg.compact else "S"
-    raise ValueError(f"state_row[{b}]={rows[b]}: expected 0 <= state_row < {which}="
+    raise ValueError(f"state_row[{b}]={rows[b]}: expected 0 <= state_row < capacity="
                      f"{cfg.capacity}")
   return rows

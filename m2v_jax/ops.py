@@ -11,7 +11,7 @@ Bad input (see `m2v_jax.checks` and `m2v_jax.status`):
   trace time naming the argument, what was expected and what came;
 - `state_row` (and `cache_indices`, `num_rows`) given as host values (Python ints, lists,
   NumPy arrays) and out of range: ValueError naming the sequence and the allowed range
-  (compact `state_row`: the static range [0, W); the pending-count rule is checked on the
+  (compact `state_row`: the static range [0, capacity); the pending-count rule is checked on the
   device, as below, so no call reads the pool back to the host);
 - device values out of range: no out-of-bounds access; that sequence's entry is left exactly
   as it was and its y rows are NaN. `verify_checked` additionally returns a checkify error
@@ -58,7 +58,7 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     xbc: [B, R, C] raw (pre-conv) `[x | B | C]` inputs; float32, bfloat16 or float16.
     dt: [B, R, H] raw dt (before dt_bias and softplus); any of those float dtypes.
     state_row: [B] int32: the starting row (see above). Host values are range-checked
-      ([0, S) or [0, W); see the module docstring).
+      ([0, capacity); see the module docstring).
     z: optional [B, R, H*P] gate in xbc's dtype; y *= silu(z). (Nemotron-style models pass
       none and apply a gated RMSNorm outside.)
     cache_indices: optional [B] int32 pool entries; -1 marks padding (nothing read or
@@ -91,7 +91,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
 
   Snapshot mode: slot s holds the state after row R - S + s (R > S), or after row s (R <= S).
   Compact mode: any pending window is folded at `state_row` first (the pre-pass), rows
-  0..R-W-1 are committed into the base and the last min(R, W) rows are left pending. The next
+  0..R-capacity-1 are committed into the base and the last min(R, capacity) rows are left
+  pending. The next
   call picks its `state_row` among the last min(R, capacity) rows in both modes.
 
   Rows 0..R-capacity-1 run through the chunked SSD scan (Mamba-2 paper, §6) when `chunked`
@@ -199,7 +200,8 @@ def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indi
   """[B] bool on the device: the sequences a call of R rows would reject (padding excluded).
 
   Reasons (`m2v_jax.status`): `state_row` out of range (snapshot: [0, S); compact:
-  [0, pending), or exactly 0 with nothing pending), an entry outside the pool, `num_rows`
+  [0, the last call's pending rows), or exactly 0 with nothing pending), an entry outside the
+  pool, `num_rows`
   outside [1, R].
   """
   _, valid, pad = status.entry_status(cfg, state, jnp.asarray(state_row, jnp.int32), R,

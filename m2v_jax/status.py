@@ -89,6 +89,8 @@ def window_after(cfg, R: int, n_replay, n, starts, flush, xp=jnp):
   `starts` bitmask) for a call of R rows of which `n` run, by `flushes`."""
   n_keep = n - max(R - cfg.capacity, 0) if R else xp.zeros_like(n)
   woff = xp.where(flush, 0, n_replay)
+  # woff <= 31. At 31, bit is INT32_MIN and bit - 1 wraps to 0x7fffffff, the mask of rows
+  # 0..30: XLA, NumPy arrays and Triton's `arith.subi` (no overflow flags) all wrap.
   bit = xp.left_shift(1, woff).astype(xp.int32)
   new_starts = xp.where(n_keep > 0, (starts & (bit - 1)) | bit, 0).astype(xp.int32)
   return woff, woff + n_keep, new_starts

@@ -166,7 +166,7 @@ class CompactChecks:
     if not 0 <= bad < cfg.capacity:
       # Outside [0, W): the host check names the sequence and the range, before any launch.
       with pytest.raises(ValueError, match=rf"state_row\[0\]={bad}: expected 0 <= state_row < "
-                                           rf"W={cfg.capacity}"):
+                                           rf"capacity={cfg.capacity}"):
         m.verify(cfg, p, state, xbc, dt, host_rows, backend=self.backend)
       for a, b in zip(state, before):
         assert_bitwise(a, b, "state after the rejected call")

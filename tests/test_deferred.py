@@ -42,7 +42,7 @@ class DeferredChecks:
   backend: str
 
   @pytest.mark.parametrize("window,state_dtype", [(16, jnp.float32), (32, jnp.float32),
-                                                  (16, jnp.bfloat16)])
+                                                  (16, jnp.bfloat16), (32, jnp.float16)])
   def test_modes_agree_and_flush_where_expected(self, window, state_dtype):
     snap = small_cfg(window=window)
     comp = snap.replace(replay_mode="compact")
@@ -77,6 +77,30 @@ class DeferredChecks:
       assert_bitwise(a[1], b[1], f"committed conv at step {step}")
     # Fewer base writes than calls that replayed something: the point of deferring.
     assert base_writes < 24 * B - 6, base_writes
+
+  @pytest.mark.parametrize("state_dtype", [jnp.float32, jnp.bfloat16])
+  def test_full_window_of_32_rows(self, state_dtype):
+    """Calls that fill all 32 window rows (the last call's rows from row 31: bit 31 of
+    `starts`), then one that flushes: parity, `pending` and `starts` as expected."""
+    snap = small_cfg(window=32)
+    comp = snap.replace(replay_mode="compact")
+    p = m.random_params(snap, 13)
+    rng = np.random.default_rng(13)
+    s = m.init_state(snap, 1, jnp.float32, state_dtype=state_dtype)
+    c = m.init_state(comp, 1, jnp.float32, state_dtype=state_dtype)
+    plan = [(8, 0, 8, 0x1), (8, 7, 16, 0x101), (8, 7, 24, 0x10101), (8, 6, 31, 0x810101),
+            (1, 7, 32, 0x80810101 - 2**32), (3, 0, 3, 0x1)]
+    for R, row, pending, starts in plan:
+      xbc, dt = inputs(snap, 1, R, rng=rng)
+      rows = np.array([row], np.int32)
+      ys, s = m.verify(snap, p, s, xbc, dt, rows, backend=self.backend)
+      yc, c = m.verify(comp, p, c, xbc, dt, rows, backend=self.backend)
+      assert_bitwise(ys, yc, f"y of the call with pending {pending}")
+      assert np.asarray(c.pending).tolist() == [pending]
+      assert np.asarray(c.starts).tolist() == [starts]
+    a = m.committed_state(snap, p, s, np.array([2], np.int32), backend=self.backend)
+    b = m.committed_state(comp, p, c, np.array([2], np.int32), backend=self.backend)
+    assert_bitwise(a[0], b[0], "committed ssm")
 
   def test_forty_steps_against_reference(self):
     cfg = small_cfg(mode="compact", window=32)

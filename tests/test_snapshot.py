@@ -226,8 +226,8 @@ class SnapshotChecks:
     assert np.asarray(bad).tolist() == [True, True, False, True]
 
   @pytest.mark.parametrize("rows,match", [
-      ([0, 8], r"state_row\[1\]=8: expected 0 <= state_row < S=8"),
-      ([-1, 0], r"state_row\[0\]=-1: expected 0 <= state_row < S=8"),
+      ([0, 8], r"state_row\[1\]=8: expected 0 <= state_row < capacity=8"),
+      ([-1, 0], r"state_row\[0\]=-1: expected 0 <= state_row < capacity=8"),
       ([0, 2 ** 32 + 3], r"state_row\[1\]=4294967299: expected an int32 value"),
   ])
   def test_host_invalid_state_row_raises_and_keeps_state(self, rows, match):

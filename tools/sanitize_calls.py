@@ -28,13 +28,20 @@ import m2v_jax as m
 GEOMETRIES = {"bolt": m.BOLT, "small": m.BOLT.replace(nheads=8, ngroups=2)}
 
 
+# "deferred": compact mode with a 32-row window and a bfloat16 state (the window's offset
+# stores, the fori_loop replay of 32 rows, the `starts` bitmask, the 16-bit stores).
+MODES = {"snapshot": dict(replay_mode="snapshot"), "compact": dict(replay_mode="compact"),
+         "deferred": dict(replay_mode="compact", window=32)}
+
+
 def run(mode: str, geometry: str) -> None:
-  cfg = GEOMETRIES[geometry].replace(replay_mode=mode)
+  cfg = GEOMETRIES[geometry].replace(**MODES[mode])
   rng = np.random.default_rng(0)
   p = m.random_params(cfg)
   E, B = 6, 4
   dtype = jnp.bfloat16
-  state = m.init_state(cfg, E, dtype)
+  state = m.init_state(cfg, E, dtype,
+                       state_dtype=jnp.bfloat16 if mode == "deferred" else jnp.float32)
   inputs = lambda R: (jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype),
                       jnp.asarray(rng.normal(-1, 1, size=(B, R, cfg.nheads)), dtype),
                       jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype))
@@ -66,7 +73,7 @@ def run(mode: str, geometry: str) -> None:
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--geometry", choices=sorted(GEOMETRIES), default="bolt")
-  parser.add_argument("--modes", default="snapshot,compact")
+  parser.add_argument("--modes", default="snapshot,compact,deferred")
   args = parser.parse_args()
   for mode in args.modes.split(","):
     run(mode, args.geometry)

@@ -97,7 +97,8 @@ class Plan:
 
   @property
   def commit(self) -> int:
-    """Compact: new rows folded into the base (R > W leaves the last W pending)."""
+    """Compact: new rows folded into the base (R > capacity leaves the last capacity rows
+    pending)."""
     return max(self.R - self.cap, 0)
 
   @property
