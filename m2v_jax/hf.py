@@ -13,8 +13,13 @@ Names and layouts read (Hugging Face `modeling_mamba2.py`, Nemotron-H's `modelin
 conv1d.bias [C], dt_bias [H], A_log [H], D [H], norm.weight [d_inner], out_proj.weight
 [D, d_inner]}`, `backbone.norm_f.weight [D]`, `lm_head.weight [V, D]` (the embeddings when
 tied). Block: x + mixer(RMSNorm(x)); logits = RMSNorm_f(x) @ lm_headᵀ. Nemotron-H's attention
-and MLP layers are not part of this library: `load` lists which layers are Mamba layers and
-loads those (`ModelParams.layers` maps a layer index to its parameters).
+and MLP layers are not part of this library: `load` finds the Mamba layers
+(`ModelConfig.mamba_layers`) and loads those, in order (`ModelParams.layers`); `forward` runs
+a model whose layers are all Mamba layers.
+
+dt clamp: transformers clamps dt in its multi-token path (Mamba2: `time_step_limit`;
+Nemotron-H: (time_step_min, inf)) and not in its one-token decode; `model_config` sets the
+first as the SSM's `dt_limit` and (0, inf) as the layer's `decode_dt_limit`.
 
 Install the reader with `pip install 'm2v_jax[hf]'` (the `safetensors` package).
 """
@@ -91,15 +96,22 @@ def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
   kind = hf.get("model_type")
   if kind == "mamba2":
     H, P, N = hf["num_heads"], hf["head_dim"], hf["state_size"]
+    G, K = hf["n_groups"], hf["conv_kernel"]
     n_layers = hf["num_hidden_layers"]
     mamba_layers = tuple(range(n_layers))
     bias, act = hf.get("use_bias", False), hf.get("hidden_act", "silu")
+    lo, hi = (_number(v) for v in hf.get("time_step_limit") or (0.0, math.inf))
   elif kind == "nemotron_h":
     H, P, N = hf["mamba_num_heads"], hf["mamba_head_dim"], hf["ssm_state_size"]
-    pattern = hf["hybrid_override_pattern"]
-    n_layers = len(pattern)
-    mamba_layers = tuple(i for i, c in enumerate(pattern) if c == "M")
+    G, K = hf.get("n_groups", hf.get("mamba_n_groups")), hf.get("conv_kernel", hf.get("mamba_d_conv"))
+    # transformers >= 5 lists block types ("linear_attention" = Mamba); older configs give a
+    # pattern string ("M" = Mamba).
+    types = hf.get("layers_block_type") or hf.get("layer_types") or hf["hybrid_override_pattern"]
+    n_layers = len(types)
+    mamba_layers = tuple(i for i, t in enumerate(types) if t in ("M", "mamba", "linear_attention"))
     bias, act = hf.get("mamba_proj_bias", False), hf.get("mamba_hidden_act", "silu")
+    # Nemotron-H's mixer clamps dt to (time_step_min, inf) in its multi-token path.
+    lo, hi = _number(hf.get("time_step_min", hf.get("mamba_dt_min", 0.001))), math.inf
   else:
     raise ValueError(f"config.json: model_type {kind!r} is not supported (mamba2, nemotron_h)")
   if bias:
@@ -108,13 +120,14 @@ def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
     raise ValueError(f"config.json: the mixer's activation must be silu, got {act!r}")
   if not hf.get("use_conv_bias", True):
     raise ValueError("config.json: a conv without bias is not supported")
-  lo, hi = (_number(v) for v in hf.get("time_step_limit") or (0.0, math.inf))
   ssm = config_lib.Mamba2Config(
-      nheads=H, headdim=P, dstate=N, ngroups=hf["n_groups"], d_conv=hf["conv_kernel"],
-      capacity=capacity, replay_mode=replay_mode, window=window,
-      dt_limit=(float(lo), float(hi)))
+      nheads=H, headdim=P, dstate=N, ngroups=G, d_conv=K, capacity=capacity,
+      replay_mode=replay_mode, window=window, dt_limit=(lo, hi))
   eps = float(hf.get("layer_norm_epsilon", 1e-5))
-  mixer = layer_lib.MixerConfig(ssm=ssm, d_model=hf["hidden_size"], norm_eps=eps)
+  # transformers' one-token decode path clamps no dt (in both models).
+  decode = None if (lo, hi) == (0.0, math.inf) else (0.0, math.inf)
+  mixer = layer_lib.MixerConfig(ssm=ssm, d_model=hf["hidden_size"], norm_eps=eps,
+                                decode_dt_limit=decode)
   return ModelConfig(mixer=mixer, vocab_size=hf["vocab_size"], n_layers=n_layers,
                      mamba_layers=mamba_layers, norm_eps=eps,
                      tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
@@ -232,7 +245,8 @@ def init_states(cfg: ModelConfig, num_entries: int, dtype=jnp.float32, **kw):
 def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
             num_rows=None, cache_indices=None, prefill: bool = False, chunked=None,
             backend: str | None = None, dtype=jnp.float32):
-  """Logits of R rows of each sequence through a Mamba2 model (Mamba layers only).
+  """Logits of R rows of each sequence through a model of Mamba layers only (a Mamba2, or a
+  Nemotron-H without attention or MLP layers).
 
   Args:
     cfg, params: from `load`.
@@ -247,11 +261,11 @@ def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
     (logits [B, R, V] float32, the new states).
 
   Raises:
-    ValueError: a Nemotron-H model (its attention and MLP layers are not here).
+    ValueError: a model with other layers than Mamba layers (a hybrid Nemotron-H).
   """
-  if cfg.model_type != "mamba2":
-    raise ValueError("forward: runs Mamba2 models; for Nemotron-H, call layer.mixer on the "
-                     "Mamba layers inside your own model")
+  if cfg.mamba_layers != tuple(range(cfg.n_layers)):
+    raise ValueError("forward: runs models of Mamba layers only; for a hybrid Nemotron-H, call "
+                     "layer.mixer on its Mamba layers inside your own model")
   x = params.embeddings[jnp.asarray(tokens)].astype(f32)
   new_states = []
   for lw, st in zip(params.layers, states):

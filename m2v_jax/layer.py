@@ -38,12 +38,18 @@ class MixerConfig:
     norm_eps: epsilon of the gated RMSNorm.
     norm_groups: groups of the gated RMSNorm (each normalizes d_inner / norm_groups
       channels); default `ssm.ngroups`, as Hugging Face's Mamba2 and Nemotron-H do.
+    decode_dt_limit: the dt clamp of a verify call of one row, if it differs from
+      `ssm.dt_limit` (which every other call uses). transformers' Mamba2 and Nemotron-H clamp
+      dt in their multi-token path only (Nemotron-H to (time_step_min, inf)); their one-token
+      decode clamps nothing: `m2v_jax.hf` sets (0, inf) here. Compact mode replays each
+      pending row with the dt its own call used, so the modes stay bitwise identical.
   """
 
   ssm: config_lib.Mamba2Config
   d_model: int
   norm_eps: float = 1e-5
   norm_groups: int | None = None
+  decode_dt_limit: tuple[float, float] | None = None
 
   def __post_init__(self):
     if not isinstance(self.d_model, int) or self.d_model < 1:
@@ -128,7 +134,8 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     state_row: [B] int32: as `m2v_jax.verify` (`state_row_from_accepted` converts vLLM's
       `num_accepted_tokens`).
     cache_indices, num_rows: as `m2v_jax.verify` (num_rows: verify calls only).
-    prefill: run `m2v_jax.prefill` (any R) instead of `m2v_jax.verify` (R <= capacity).
+    prefill: run `m2v_jax.prefill` (any R) instead of `m2v_jax.verify` (R <= capacity). A
+      verify call of one row clamps dt with `cfg.decode_dt_limit` when that is set.
     chunked: `m2v_jax.prefill`'s path choice.
     backend: as `m2v_jax.verify`.
 
@@ -146,7 +153,10 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     y, state = ops.prefill(cfg.ssm, params.ssm, state, xbc, dt, state_row,
                            cache_indices=cache_indices, chunked=chunked, backend=backend)
   else:
-    y, state = ops.verify(cfg.ssm, params.ssm, state, xbc, dt, state_row,
+    ssm = cfg.ssm
+    if hidden.shape[1] == 1 and cfg.decode_dt_limit is not None:
+      ssm = ssm.replace(dt_limit=cfg.decode_dt_limit)
+    y, state = ops.verify(ssm, params.ssm, state, xbc, dt, state_row,
                           cache_indices=cache_indices, num_rows=num_rows, backend=backend)
   g = gated_rms_norm(y, z, params.norm_weight, cfg.groups, cfg.norm_eps)
   return _dot(g, params.out_proj.astype(f32)).astype(dtype), state

@@ -37,7 +37,8 @@ def _split_xbc(cfg, v):
 
 
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
-         num_rows=None, keep: int = 0, state_dtype=f32, round_before=None):
+         num_rows=None, keep: int = 0, state_dtype=f32, round_before=None,
+         dt_processed: bool = False):
   """Runs rows 0..R-1 serially from a starting state (docs/semantics.md, "One row").
 
   Args:
@@ -46,7 +47,8 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     ssm0: [B, H, P, N] float32 starting SSM state.
     conv0: [B, C, K-1] starting conv state (any float dtype; read as float32).
     xbc: [B, R, C] raw (pre-conv) inputs.
-    dt: [B, R, H] raw dt.
+    dt: [B, R, H] raw dt (with `dt_processed`: dt after bias, softplus and the limit, as
+      the compact window holds it).
     z: optional [B, R, H*P] gate.
     num_rows: optional [B] int32; rows t >= num_rows[b] leave the state unchanged and give y 0.
     keep: return the states after the last `keep` rows.
@@ -79,7 +81,7 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     v = xb.astype(f32)
     out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias, xbc.dtype)
     x, bm, cm = _split_xbc(cfg, out)
-    dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
+    dtp = d if dt_processed else rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
     dA = rowmath.decay(dtp, params.A_log)
     new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
                                   bm[..., None, :])
@@ -187,7 +189,7 @@ def fold(cfg, params, state: CompactState, state_row, safe):
                                 status.last_call_start(starts))
   _, ssm_k, conv_k = rows(cfg, params, state.ssm[safe], state.conv[safe], state.win_xbc[safe],
                           state.win_dt[safe], None, n_rep, keep=1, state_dtype=state.ssm.dtype,
-                          round_before=starts)
+                          round_before=starts, dt_processed=True)
   return round_state(ssm_k[:, 0], state.ssm.dtype), conv_k[:, 0], n_rep
 
 
@@ -233,7 +235,8 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
       ssm=_scatter(state.ssm, idx, valid, base(ssm0, state.ssm[safe])),
       conv=_scatter(state.conv, idx, valid, base(conv0, state.conv[safe])),
       win_xbc=_scatter(state.win_xbc, idx, valid, pick(xbc, state.win_xbc[safe])),
-      win_dt=_scatter(state.win_dt, idx, valid, pick(dt.astype(f32), state.win_dt[safe])),
+      win_dt=_scatter(state.win_dt, idx, valid, pick(
+          rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit), state.win_dt[safe])),
       pending=_scatter(state.pending, idx, valid, new_pending),
       starts=_scatter(state.starts, idx, valid, new_starts),
   )

@@ -3,10 +3,12 @@
 Both states are pools: a leading axis of E entries (one per live request, E >= batch). A call
 addresses entries with `cache_indices [B]` (default `arange(B)`, which needs E == B).
 
-The compact window keeps raw inputs, not post-conv values: replay recomputes the conv, the
-dt processing and the state update with the same code as the call that first ran the rows
-(`kernels.rowmath`), so both modes produce bitwise the same states. The conv state at any
-pending row is the last K-1 raw inputs up to it, which the window also provides.
+The compact window keeps raw xBC, not post-conv values: replay recomputes the conv and the
+state update with the same code as the call that first ran the rows (`kernels.rowmath`), so
+both modes produce bitwise the same states; it keeps dt as that call processed it (bias,
+softplus, its dt_limit), so a later call with another dt_limit replays it unchanged. The conv
+state at any pending row is the last K-1 raw inputs up to it, which the window also
+provides.
 
 Memory per entry at Nemotron-3.5-Bolt geometry with bf16 activations and conv state: snapshot
 S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 8 B.
@@ -66,7 +68,9 @@ class CompactState(NamedTuple):
     ssm: [E, H, P, N] committed base SSM state, float32 or the 16-bit `state_dtype`.
     conv: [E, C, K-1] committed base conv state, in the activation dtype or float32.
     win_xbc: [E, W, C] raw (pre-conv) xBC of the pending rows, in the activation dtype.
-    win_dt: [E, W, H] float32 raw (pre-bias) dt of the pending rows.
+    win_dt: [E, W, H] float32 dt of the pending rows as their call used it (after dt_bias,
+      softplus and that call's dt_limit), so a replay does not depend on the next call's
+      limit.
     pending: [E] int32 pending rows per entry (0 ... W).
     starts: [E] int32 bitmask: bit j set when window row j is the first row of a call (bit 0
       whenever rows are pending). The last call's rows start at the highest set bit; a

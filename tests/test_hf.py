@@ -117,7 +117,8 @@ def test_config_mapping():
                               ssm_state_size=128, n_groups=8, conv_kernel=4, hidden_size=4096,
                               vocab_size=131072, hybrid_override_pattern="M-M*-M",
                               layer_norm_epsilon=1e-5), replay_mode="compact")
-  assert nemo.mixer.ssm == m.BOLT.replace(replay_mode="compact")
+  assert nemo.mixer.ssm == m.BOLT.replace(replay_mode="compact", dt_limit=(0.001, float("inf")))
+  assert nemo.mixer.decode_dt_limit == (0.0, float("inf"))
   assert nemo.mamba_layers == (0, 2, 5) and nemo.n_layers == 6
 
 
@@ -169,3 +170,75 @@ def test_layers_under_scan_update_the_pools_in_place():
   assert all(s.is_deleted() for s in jax.tree.leaves(states))
   assert np.all(np.isfinite(np.asarray(y)))
   assert np.asarray(new_states.pending).tolist() == [[3, 3], [3, 3]]
+
+
+NEMOTRON = os.path.join(os.path.dirname(__file__), "fixtures", "hf_nemotron_h")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nemotron_h_prompt_with_its_dt_clamp(mode):
+  """A Nemotron-H of two Mamba layers (transformers 5.24, time_step_min 0.3): the prompt's
+  logits (transformers' multi-token path, dt clamped to time_step_min) through the loader
+  and the layer; without the clamp they differ more (checked). transformers 5.24 cannot
+  decode this model with its cache (a mask built from the cache asks for a sequence length
+  that only attention layers keep), so its one-token path has no golden logits here: the
+  next test checks the layer's one-row calls against the op without the clamp instead."""
+  golden = np.load(os.path.join(NEMOTRON, "golden.npz"))
+  cfg, p = hf.load(NEMOTRON, replay_mode=mode)
+  assert cfg.model_type == "nemotron_h" and cfg.mamba_layers == (0, 1)
+  assert cfg.mixer.ssm.dt_limit == (0.3, float("inf"))
+  assert cfg.mixer.decode_dt_limit == (0.0, float("inf"))
+  logits, _ = hf.forward(cfg, p, hf.init_states(cfg, 1), golden["prompt"][None], [0],
+                         prefill=True, backend="reference")
+  ours = rel(logits[0], golden["prompt_logits"])
+  assert ours < 1e-5
+  import dataclasses
+  unclamped = dataclasses.replace(cfg, mixer=dataclasses.replace(
+      cfg.mixer, ssm=cfg.mixer.ssm.replace(dt_limit=(0.0, float("inf")))))
+  other, _ = hf.forward(unclamped, p, hf.init_states(cfg, 1), golden["prompt"][None], [0],
+                        prefill=True, backend="reference")
+  # (a random model's mixers move its logits little: the clamp shows as 25x the error)
+  assert rel(other[0], golden["prompt_logits"]) > 5 * ours
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_one_row_calls_use_the_decode_dt_limit_and_replay_keeps_each_rows_limit(backend):
+  """Nemotron-H: a prefill and verify calls of several rows clamp dt, one-row calls do not;
+  compact mode replays every pending row with the dt its own call used, so both modes stay
+  bitwise identical across the mix, and a one-row call equals the op run with (0, inf)."""
+  cfg, p = hf.load(NEMOTRON)
+  golden = np.load(os.path.join(NEMOTRON, "golden.npz"))
+  rng = np.random.default_rng(1)
+  calls = [(golden["prompt"][None], [0], True), (np.array([[5]]), [7], False),
+           (np.array([[9]]), [0], False), (rng.integers(3, 64, (1, 4)), [0], False),
+           (np.array([[11]]), [2], False), (rng.integers(3, 64, (1, 3)), [0], False)]
+  outs = {}
+  for mode in MODES:
+    mcfg = dataclasses_replace_mode(cfg, mode)
+    states, ys = hf.init_states(mcfg, 1), []
+    for tokens, row, prefill in calls:
+      logits, states = hf.forward(mcfg, p, states, tokens, np.asarray(row, np.int32),
+                                  prefill=prefill, backend=backend)
+      ys.append(np.asarray(logits))
+    outs[mode] = ys
+  for i, (a, b) in enumerate(zip(outs["snapshot"], outs["compact"])):
+    np.testing.assert_array_equal(a, b, err_msg=f"call {i}")
+  # The one-row call is the op with the decode limit: same logits as a model whose every
+  # call runs unclamped would give only if the clamp mattered nowhere else; check directly.
+  mcfg = dataclasses_replace_mode(cfg, "snapshot")
+  st = hf.init_states(mcfg, 1)
+  _, st = hf.forward(mcfg, p, st, golden["prompt"][None], [0], prefill=True, backend=backend)
+  h = jnp.ones((1, 1, 64), jnp.float32)
+  lw = p.layers[0].mixer
+  a, _ = layer_lib.mixer(mcfg.mixer, lw, jax.tree.map(jnp.copy, st[0]), h, [7], backend=backend)
+  import dataclasses
+  plain = dataclasses.replace(mcfg.mixer, ssm=mcfg.mixer.ssm.replace(dt_limit=(0.0, float("inf"))),
+                              decode_dt_limit=None)
+  b, _ = layer_lib.mixer(plain, lw, jax.tree.map(jnp.copy, st[0]), h, [7], backend=backend)
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def dataclasses_replace_mode(cfg, mode):
+  import dataclasses
+  return dataclasses.replace(cfg, mixer=dataclasses.replace(
+      cfg.mixer, ssm=cfg.mixer.ssm.replace(replay_mode=mode)))

@@ -269,7 +269,8 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, xbc
     conv_ref        snapshot [E, S, C, K1], compact [E, C, K1]; aliased to conv_out_ref
     wx_ref          compact [E, W, C]     window xBC; aliased to wx_out_ref (new rows go to
                                           window rows woff.. (`_window_plan`))
-    wdt_ref         compact [E, W, H] f32   window dt; aliased to wdt_out_ref
+    wdt_ref         compact [E, W, H] f32   window dt, processed (the call's dt_limit applied);
+                                          aliased to wdt_out_ref
   Outputs besides the aliased state:
     xr_ref          [B, RT, C] f32        post-conv rows (replayed at 0..W-1 in compact)
     dtr_ref, dar_ref  [B, RT, H] f32      processed dt and decay exp(dt A) of those rows
@@ -364,14 +365,13 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, xbc
         rep_in = _prefetch(0, plan.W, load_rep, pre_rep, ahead)
         new_in = _prefetch(0, plan.R, load_new, pre_new, ahead)
 
-        def put(r, raw):
-          dtp = rowmath.process_dt(raw, bias, cfg.dt_limit)
+        def put(r, dtp):
           dtr_ref[b, r, hs] = dtp
           dar_ref[b, r, hs] = rowmath.decay(dtp, a_log)
 
         if plan.compact:
-          def replay(j, raw, c, active):
-            put(j, raw)
+          def replay(j, dtp, c, active):      # the window holds processed dt
+            put(j, dtp)
             return c
           _rows(0, plan.W, n_rep, load_rep, replay, 0, rep_in)
           backend.barrier(plan.interpret)
@@ -379,10 +379,11 @@ def _prep_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, xbc
           continue
 
         def new_row(i, raw, c, active):
-          put(off + i, raw)
+          dtp = rowmath.process_dt(raw, bias, cfg.dt_limit)
+          put(off + i, dtp)
           if plan.compact:
             def store_window():
-              wdt_out_ref[e, woff + i - commit, hs] = raw
+              wdt_out_ref[e, woff + i - commit, hs] = dtp
             _kept(i, commit, active, store_window)
           return c
 
