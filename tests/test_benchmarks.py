@@ -1,0 +1,42 @@
+"""The benchmark scripts run end to end on the CPU at a small geometry (smoke runs: the
+numbers mean nothing here; the scripts' own checks must pass)."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def run(script, *args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], capture_output=True,
+                        text=True, timeout=600, env=env)
+
+
+def test_model_bench_modes_agree(tmp_path):
+  out = tmp_path / "model.json"
+  res = run("benchmarks/model_bench.py", "--geometry=small", "--batches=2", "--steps=4",
+            "--repeats=1", "--layers=2", "--vocab=128", "--backend=reference", f"--out={out}")
+  assert res.returncode == 0, res.stderr[-2000:]
+  rows = json.loads(out.read_text())["rows"]
+  assert [r["name"].split(" layers")[0] for r in rows] == [
+      "model B=2 snapshot R=8", "model B=2 compact R=8", "model B=2 greedy R=1"]
+  assert all(r["modes_bitwise_equal"] for r in rows)
+  assert rows[0]["mean_tokens_per_call"] > 1 and rows[2]["mean_tokens_per_call"] == 1
+
+
+def test_loop_and_flush_suites_name_their_variants(tmp_path):
+  out = tmp_path / "bench.json"
+  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=loop,flush",
+            "--batches=2", "--vary_batches=", "--blocks=2", "--banks=2", "--copy_mib=16",
+            "--state_dtypes=float32,bfloat16", "--windows=16", f"--out={out}")
+  assert res.returncode == 0, res.stderr[-2000:]
+  data = json.loads(out.read_text())
+  names = [r["name"] for r in data["loop"]]
+  assert "compact B=2 R=8 row=accept W=16 state=bf16 reference" in names, names
+  assert [r["name"] for r in data["flush"]][1:] == [
+      "compact B=2 R=8 row=mixed W=16 no flush reference",
+      "compact B=2 R=8 row=mixed W=16 flush reference"]
+  assert all(r["floor_us"] > 0 for r in data["loop"] + data["flush"])
