@@ -122,9 +122,11 @@ class CompactChecks:
       for a, b in zip(first, second):
         assert_bitwise(a, b, f"{cfg.replay_mode}: second pass")
 
-  def test_forty_steps_random_acceptance_against_reference(self):
-    """40 verify steps with random acceptance: compact kernels vs the jax.numpy reference."""
-    cfg = small_cfg(mode="compact")
+  @pytest.mark.parametrize("window", [None, 16, 32])
+  def test_forty_steps_random_acceptance_against_reference(self, window):
+    """40 verify steps with random acceptance: compact kernels vs the jax.numpy reference,
+    without and with deferred commit (the window's bookkeeping equal too)."""
+    cfg = small_cfg(mode="compact", window=window)
     p = m.random_params(cfg, 4)
     rng = np.random.default_rng(4)
     B = 2
@@ -137,6 +139,8 @@ class CompactChecks:
       yk, k = m.verify(cfg, p, k, xbc, dt, rows, backend=self.backend)
       yr, r = m.verify(cfg, p, r, xbc, dt, rows, backend="reference")
       assert_close(yk, yr, 1e-5, f"y at step {step}")
+      assert_bitwise(k.pending, r.pending, f"pending at step {step}")
+      assert_bitwise(k.starts, r.starts, f"starts at step {step}")
       rows = rng.integers(0, R, B).astype(np.int32)
     a = m.committed_state(cfg, p, k, rows, backend=self.backend)
     b = m.committed_state(cfg, p, r, rows, backend="reference")
