@@ -251,11 +251,14 @@ def main(argv):
   print(f"greedy [{mode}]: {len(greedy)} tokens, {len(res[0][1])} calls, tokens/s "
         f"{spread([rate(x) for x in res])}")
   speedup = [rate(s_) / rate(g) for s_, g in zip(runs[(mode, True)], runs[(mode, False)])]
+  ceiling = per_call(runs[(mode, True)][0])
+  noise = ("; above that: timing noise, try more --repeats" if np.median(speedup) > ceiling * 1.1
+           else "")
   print(f"acceptance: {sum(acc)} of {sum(drafts)} draft rows accepted "
         f"({sum(acc) / max(sum(drafts), 1):.1%}); speed-up over greedy "
         f"{np.median(speedup):.2f}x (median of {len(speedup)} paired runs; "
         f"{min(speedup):.2f}-{max(speedup):.2f}x; at most about "
-        f"{per_call(runs[(mode, True)][0]):.2f}x, the tokens per call)")
+        f"{ceiling:.2f}x, the tokens per call{noise})")
   for m, spec_run in ((m, True) for m in modes):
     for i, res in enumerate(runs[(m, spec_run)]):
       if res[0] != greedy:

@@ -2,7 +2,7 @@
 
 Two replay modes with one op surface (`verify`, `prefill`, `committed_state`): snapshot (the
 state after every row goes to a slot of a bank) and compact replay (one base state plus the
-raw inputs of the pending rows, replayed in registers on the next call). See README.md,
+inputs of the pending rows, replayed in registers on the next call). See README.md,
 docs/semantics.md (what the ops compute) and docs/design.md (how). `m2v_jax.layer` wraps the
 ops into the Mamba-2 mixer layer (projections and gated norm); `m2v_jax.hf` loads Hugging Face
 checkpoints into it.

@@ -67,7 +67,7 @@ class Mamba2Config:
       compact window (W). A verify call takes R <= capacity rows, and the next call picks its
       `state_row` among the last min(R, capacity) rows of the previous one.
     window: compact mode's deferred commit (opt-in; snapshot mode ignores it): W rows in the
-      window, a power of two from `capacity` (at most 16 then) up to 32. Rows accepted by
+      window, a power of two in [capacity, 32], with capacity <= 16. Rows accepted by
       earlier calls stay pending in the window, unfolded, ahead of the last call's rows; a
       call folds them in registers and writes the base only when its own rows would not fit
       after them (a flush). None (default): the window is `capacity` rows and every call that

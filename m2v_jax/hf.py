@@ -89,36 +89,52 @@ def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
   or Nemotron-H ("nemotron_h"), with the verify options given here.
 
   Raises:
-    ValueError: another model type, or a configuration the mixer does not support (an
-      in_proj with extra MLP channels, a bias on the projections, an activation other than
-      silu).
+    ValueError: another model type, a missing key (named), or a configuration the mixer
+      does not support (a bias on the projections, a conv without bias, an activation other
+      than silu). An in_proj with extra MLP channels fails in `load`, on in_proj's shape.
   """
+  def key(*names, default=None):
+    """The first of `names` in the config (transformers' aliases in its order), else
+    `default`; raises ValueError naming the key when there is neither."""
+    for name in names:
+      if name in hf and hf[name] is not None:
+        return hf[name]
+    if default is None:
+      raise ValueError(f"config.json: {names[0]!r} is missing")
+    return default
+
   kind = hf.get("model_type")
   if kind == "mamba2":
-    H, P, N = hf["num_heads"], hf["head_dim"], hf["state_size"]
-    G, K = hf["n_groups"], hf["conv_kernel"]
-    n_layers = hf["num_hidden_layers"]
+    H, P, N = key("num_heads"), key("head_dim"), key("state_size")
+    G, K = key("n_groups"), key("conv_kernel")
+    n_layers = key("num_hidden_layers")
     mamba_layers = tuple(range(n_layers))
-    bias, act = hf.get("use_bias", False), hf.get("hidden_act", "silu")
-    lo, hi = (_number(v) for v in hf.get("time_step_limit") or (0.0, math.inf))
+    bias, act = key("use_bias", default=False), key("hidden_act", default="silu")
+    conv_bias = key("use_conv_bias", default=True)
+    lo, hi = (_number(v) for v in key("time_step_limit", default=(0.0, math.inf)))
+    tied = key("tie_word_embeddings", default=False)
   elif kind == "nemotron_h":
-    H, P, N = hf["mamba_num_heads"], hf["mamba_head_dim"], hf["ssm_state_size"]
-    G, K = hf.get("n_groups", hf.get("mamba_n_groups")), hf.get("conv_kernel", hf.get("mamba_d_conv"))
+    H, P, N = key("mamba_num_heads"), key("mamba_head_dim"), key("ssm_state_size")
+    G, K = key("mamba_n_groups", "n_groups"), key("mamba_d_conv", "conv_kernel")
     # transformers >= 5 lists block types ("linear_attention" = Mamba); older configs give a
     # pattern string ("M" = Mamba).
-    types = hf.get("layers_block_type") or hf.get("layer_types") or hf["hybrid_override_pattern"]
+    types = key("layers_block_type", "layer_types", "hybrid_override_pattern")
     n_layers = len(types)
     mamba_layers = tuple(i for i, t in enumerate(types) if t in ("M", "mamba", "linear_attention"))
-    bias, act = hf.get("mamba_proj_bias", False), hf.get("mamba_hidden_act", "silu")
+    # Its mixer's projections take `use_bias` (`mamba_proj_bias` in some configs).
+    bias = key("use_bias", default=False) or key("mamba_proj_bias", default=False)
+    act = key("mamba_hidden_act", default="silu")
+    conv_bias = key("mamba_conv_bias", "use_conv_bias", default=True)
     # Nemotron-H's mixer clamps dt to (time_step_min, inf) in its multi-token path.
-    lo, hi = _number(hf.get("time_step_min", hf.get("mamba_dt_min", 0.001))), math.inf
+    lo, hi = _number(key("mamba_dt_min", "time_step_min", default=0.001)), math.inf
+    tied = False                      # NemotronHForCausalLM never ties its LM head
   else:
     raise ValueError(f"config.json: model_type {kind!r} is not supported (mamba2, nemotron_h)")
   if bias:
     raise ValueError("config.json: in_proj/out_proj with a bias are not supported")
   if act != "silu":
     raise ValueError(f"config.json: the mixer's activation must be silu, got {act!r}")
-  if not hf.get("use_conv_bias", True):
+  if not conv_bias:
     raise ValueError("config.json: a conv without bias is not supported")
   ssm = config_lib.Mamba2Config(
       nheads=H, headdim=P, dstate=N, ngroups=G, d_conv=K, capacity=capacity,
@@ -126,11 +142,10 @@ def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
   eps = float(hf.get("layer_norm_epsilon", 1e-5))
   # transformers' one-token decode path clamps no dt (in both models).
   decode = None if (lo, hi) == (0.0, math.inf) else (0.0, math.inf)
-  mixer = layer_lib.MixerConfig(ssm=ssm, d_model=hf["hidden_size"], norm_eps=eps,
+  mixer = layer_lib.MixerConfig(ssm=ssm, d_model=key("hidden_size"), norm_eps=eps,
                                 decode_dt_limit=decode)
-  return ModelConfig(mixer=mixer, vocab_size=hf["vocab_size"], n_layers=n_layers,
-                     mamba_layers=mamba_layers, norm_eps=eps,
-                     tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+  return ModelConfig(mixer=mixer, vocab_size=key("vocab_size"), n_layers=n_layers,
+                     mamba_layers=mamba_layers, norm_eps=eps, tie_embeddings=bool(tied),
                      model_type=kind)
 
 
@@ -181,6 +196,9 @@ def mixer_params(cfg: layer_lib.MixerConfig, tensors: dict, prefix: str) -> laye
   """
   s = cfg.ssm
   t = lambda name, shape: _take(tensors, f"{prefix}.{name}", shape)
+  for name in ("in_proj.bias", "out_proj.bias"):
+    if f"{prefix}.{name}" in tensors:
+      raise ValueError(f"checkpoint: {prefix}.{name}: projections with a bias are not supported")
   conv_w = t("conv1d.weight", (s.conv_dim, 1, s.d_conv))
   as32 = lambda a: jnp.asarray(np.asarray(a, np.float32))
   ssm = params_lib.LayerParams(
@@ -258,7 +276,9 @@ def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
     dtype: activation dtype of the mixers.
 
   Returns:
-    (logits [B, R, V] float32, the new states).
+    (logits [B, R, V] float32, the new states). The residual stream and the RMSNorms are
+    float32 whatever the checkpoint's `residual_in_fp32` says; 16-bit weights multiply in
+    their dtype with float32 accumulation (`layer.mixer`, the LM head).
 
   Raises:
     ValueError: a model with other layers than Mamba layers (a hybrid Nemotron-H).
@@ -266,6 +286,9 @@ def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
   if cfg.mamba_layers != tuple(range(cfg.n_layers)):
     raise ValueError("forward: runs models of Mamba layers only; for a hybrid Nemotron-H, call "
                      "layer.mixer on its Mamba layers inside your own model")
+  if len(states) != len(params.layers):
+    raise ValueError(f"states: expected one pool per Mamba layer ({len(params.layers)}), got "
+                     f"{len(states)}")
   x = params.embeddings[jnp.asarray(tokens)].astype(f32)
   new_states = []
   for lw, st in zip(params.layers, states):
@@ -275,6 +298,5 @@ def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
                               backend=backend)
     new_states.append(st)
     x = x + out.astype(f32)
-  logits = jnp.dot(rms_norm(x, params.norm_f, cfg.norm_eps), params.lm_head.astype(f32).T,
-                   precision=lax.Precision.HIGHEST)
+  logits = layer_lib.project(rms_norm(x, params.norm_f, cfg.norm_eps), params.lm_head.T)
   return logits, tuple(new_states)

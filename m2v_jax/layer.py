@@ -115,7 +115,12 @@ def gated_rms_norm(y, z, weight, groups: int, eps: float):
   return g.reshape(shape) * weight.astype(f32)
 
 
-def _dot(a, w):
+def project(a, w):
+  """a @ w with float32 accumulation: a 16-bit weight multiplies `a` rounded to its dtype (as
+  the projections of a bfloat16 model run: tensor cores, no float32 copy of the weight); a
+  float32 weight multiplies at full float32 precision."""
+  if jnp.dtype(w.dtype).itemsize == 2:
+    return jnp.dot(a.astype(w.dtype), w, preferred_element_type=f32)
   return jnp.dot(a, w, precision=lax.Precision.HIGHEST, preferred_element_type=f32)
 
 
@@ -144,11 +149,14 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     are NaN; padding rows give out = 0.
 
   Raises:
-    ValueError / TypeError: as the ops, and for parameter shapes that do not match `cfg`.
+    ValueError / TypeError: as the ops, for parameter shapes that do not match `cfg`, and for
+      `num_rows` with `prefill`.
   """
   check_params(cfg, params)
   dtype = hidden.dtype
-  z, xbc, dt = split_projection(cfg, _dot(hidden, params.in_proj).astype(dtype))
+  if prefill and num_rows is not None:
+    raise ValueError("num_rows: verify calls only (a prefill runs all its rows)")
+  z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj).astype(dtype))
   if prefill:
     y, state = ops.prefill(cfg.ssm, params.ssm, state, xbc, dt, state_row,
                            cache_indices=cache_indices, chunked=chunked, backend=backend)
@@ -159,7 +167,7 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     y, state = ops.verify(ssm, params.ssm, state, xbc, dt, state_row,
                           cache_indices=cache_indices, num_rows=num_rows, backend=backend)
   g = gated_rms_norm(y, z, params.norm_weight, cfg.groups, cfg.norm_eps)
-  return _dot(g, params.out_proj.astype(f32)).astype(dtype), state
+  return project(g, params.out_proj).astype(dtype), state
 
 
 def state_row_from_accepted(num_accepted_tokens):

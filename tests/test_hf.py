@@ -242,3 +242,25 @@ def dataclasses_replace_mode(cfg, mode):
   import dataclasses
   return dataclasses.replace(cfg, mixer=dataclasses.replace(
       cfg.mixer, ssm=cfg.mixer.ssm.replace(replay_mode=mode)))
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(use_bias=True), "with a bias are not supported"),
+    (dict(mamba_conv_bias=False), "a conv without bias is not supported"),
+    (dict(mamba_num_heads=None), "'mamba_num_heads' is missing")])
+def test_nemotron_h_config_errors(change, match):
+  with open(os.path.join(NEMOTRON, "config.json")) as f:
+    cfg = json.load(f)
+  cfg.update(change)
+  with pytest.raises(ValueError, match=match):
+    hf.model_config(cfg)
+
+
+def test_forward_and_mixer_reject_mismatched_arguments():
+  cfg, p = hf.load(FIXTURE)
+  with pytest.raises(ValueError, match=r"one pool per Mamba layer \(2\), got 1"):
+    hf.forward(cfg, p, hf.init_states(cfg, 1)[:1], np.array([[3]]), [0])
+  hidden = jnp.ones((1, 12, cfg.mixer.d_model), jnp.float32)
+  with pytest.raises(ValueError, match="num_rows: verify calls only"):
+    layer_lib.mixer(cfg.mixer, p.layers[0].mixer, hf.init_states(cfg, 1)[0], hidden, [0],
+                    num_rows=[4], prefill=True)
