@@ -155,27 +155,46 @@ def _number(v) -> float:
   return float(v["__float__"]) if isinstance(v, dict) else float(v)
 
 
-def read_tensors(path: str) -> dict[str, np.ndarray]:
-  """Every tensor of a checkpoint directory (or one .safetensors file) as NumPy arrays."""
+def read_tensors(path: str, keep=None) -> dict[str, np.ndarray]:
+  """The tensors of a checkpoint directory (or one .safetensors file) as NumPy arrays.
+
+  Args:
+    path: a directory with `model.safetensors` or shards listed in
+      `model.safetensors.index.json`, or one .safetensors file.
+    keep: optional predicate on tensor names: only those are read (a shard none of whose
+      tensors is kept is not opened), so loading the Mamba layers of a hybrid model does not
+      read its attention and MLP weights.
+
+  Raises:
+    ImportError: the safetensors package is missing.
+    FileNotFoundError: a shard is missing.
+  """
   try:
-    from safetensors.numpy import load_file
+    from safetensors import safe_open
   except ImportError as err:
     raise ImportError("reading Hugging Face checkpoints needs the safetensors package: "
                       "pip install 'm2v_jax[hf]'") from err
+  keep = keep or (lambda name: True)
   if os.path.isfile(path):
-    return load_file(path)
-  index = os.path.join(path, "model.safetensors.index.json")
-  if os.path.exists(index):
-    with open(index) as f:
-      files = sorted(set(json.load(f)["weight_map"].values()))
+    files, folder = [os.path.basename(path)], os.path.dirname(path)
   else:
-    files = ["model.safetensors"]
+    folder = path
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+      with open(index) as f:
+        weight_map = json.load(f)["weight_map"]
+      files = sorted({file for name, file in weight_map.items() if keep(name)})
+    else:
+      files = ["model.safetensors"]
   out = {}
   for name in files:
-    full = os.path.join(path, name)
+    full = os.path.join(folder, name)
     if not os.path.exists(full):
       raise FileNotFoundError(f"{full}: checkpoint file missing")
-    out.update(load_file(full))
+    with safe_open(full, framework="np") as f:
+      for key in f.keys():
+        if keep(key):
+          out[key] = f.get_tensor(key)
   return out
 
 
@@ -230,7 +249,9 @@ def load(path: str, *, capacity: int = 8, replay_mode: str = "snapshot",
   """
   with open(os.path.join(path, "config.json")) as f:
     cfg = model_config(json.load(f), capacity=capacity, replay_mode=replay_mode, window=window)
-  tensors = read_tensors(path)
+  wanted = ("backbone.embeddings.", "backbone.norm_f.", "lm_head.") + tuple(
+      f"backbone.layers.{i}." for i in cfg.mamba_layers)
+  tensors = read_tensors(path, keep=lambda name: name.startswith(wanted))
   D, V = cfg.mixer.d_model, cfg.vocab_size
   emb = _take(tensors, "backbone.embeddings.weight", (V, D))
   head = emb if cfg.tie_embeddings else tensors.get("lm_head.weight")

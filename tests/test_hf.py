@@ -264,3 +264,28 @@ def test_forward_and_mixer_reject_mismatched_arguments():
   with pytest.raises(ValueError, match="num_rows: verify calls only"):
     layer_lib.mixer(cfg.mixer, p.layers[0].mixer, hf.init_states(cfg, 1)[0], hidden, [0],
                     num_rows=[4], prefill=True)
+
+
+def test_sharded_checkpoint_reads_only_the_mamba_layers(tmp_path):
+  """Shards listed in model.safetensors.index.json; a shard holding only tensors of other
+  layers (as a hybrid model's attention weights) is not opened: here it is absent."""
+  from safetensors.numpy import save_file
+  tensors = hf.read_tensors(FIXTURE)
+  with open(os.path.join(FIXTURE, "config.json")) as f:
+    config = json.load(f)
+  config["num_hidden_layers"] = 2
+  parts = {"part-1.safetensors": {k: v for k, v in tensors.items() if ".layers.1." not in k},
+           "part-2.safetensors": {k: v for k, v in tensors.items() if ".layers.1." in k},
+           "part-3.safetensors": {"backbone.layers.9.attn.weight": np.zeros(3, np.float32)}}
+  for name, part in parts.items():
+    if name != "part-3.safetensors":
+      save_file(part, str(tmp_path / name))
+  weight_map = {k: name for name, part in parts.items() for k in part}
+  with open(tmp_path / "model.safetensors.index.json", "w") as f:
+    json.dump({"weight_map": weight_map}, f)
+  with open(tmp_path / "config.json", "w") as f:
+    json.dump(config, f)
+  cfg, p = hf.load(str(tmp_path))
+  _, want = hf.load(FIXTURE)
+  for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
