@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from m2v_jax import config as config_lib
@@ -187,5 +188,4 @@ def state_row_from_accepted(num_accepted_tokens):
   """
   if isinstance(num_accepted_tokens, jax.Array):
     return (num_accepted_tokens - 1).astype(jnp.int32)
-  import numpy as np
   return (np.asarray(num_accepted_tokens) - 1).astype(np.int32)
