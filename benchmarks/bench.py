@@ -40,6 +40,7 @@ from m2v_jax import params as params_lib
 from m2v_jax import reference
 from m2v_jax import reference_ssd
 from m2v_jax import state as state_lib
+from m2v_jax.kernels import chunk_scan
 from m2v_jax.kernels import tiles as tiles_lib
 
 MiB = 1 << 20
@@ -344,7 +345,8 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
                                                      starts=jnp.full_like(s.starts, starts)), *a)
   rows = np.unique(np.asarray(state_row))
   row_txt = str(rows[0]) if len(rows) == 1 else "mixed"
-  kind = "dense-ssd" if dense else ("chunked" if chunked else backend)
+  kind = ("dense-ssd" if dense else
+          f"chunked {cfg.prefill_precision_for(dtype)}" if chunked else backend)
   name = name or f"{cfg.replay_mode} B={B} R={R} row={row_txt} {kind}"
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
                    nbytes=call_bytes(cfg, B, R, state_row, dtype), warm_fn=warm,
@@ -577,10 +579,10 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
 # state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps
 # (`tiles.ChunkTiles`; trailing fields default).
 DEFAULT_CHUNK_VARIANTS = (
-    "64:16:4:2:64:4:16:2:4:1:1", "64:8:4:1:64:4:16:2:4:1:1", "64:32:4:1:64:4:16:2:4:1:1",
-    "64:16:4:1:64:4:16:3:4:1:1", "64:16:4:1:64:4:8:2:4:1:1", "64:16:4:1:64:4:16:2:4:2:2",
-    "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "32:16:4:1:32:4:16:2:4:1:1",
-    "64:16:4:1:64:4:16:2:4:1:1:16:256:4", "64:16:4:1:64:4:16:2:4:1:1:32:128:4")
+    "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "64:16:4:1:64:4:8:2:4:1:1",
+    "64:16:4:1:64:4:16:2:4:2:2", "128:16:4:1:64:4:16:2:4:1:1", "128:16:4:1:64:8:16:2:8:1:1",
+    "128:16:4:1:32:4:16:2:4:1:1", "128:16:4:1:32:8:16:2:8:1:1", "128:16:4:1:64:4:8:2:8:1:1",
+    "256:16:4:1:32:8:16:2:8:1:1", "256:16:4:1:64:8:16:2:8:1:1")
 
 
 def _chunk_tiles(text: str) -> tiles_lib.ChunkTiles:
@@ -659,20 +661,30 @@ def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
 
 
 def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
-  """Prefill chunks (B=1, snapshot mode): serial kernel, chunked kernel, jnp reference scan,
-  dense jnp SSD; then compact chunked prefill with and without a pending window."""
+  """Prefill chunks (B=1, snapshot mode): serial kernel, chunked kernel at the default
+  product precision and at "highest" (the precision a word of the name), jnp reference
+  scan, dense jnp SSD; then compact chunked prefill with and without a pending window.
+  Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
+  highest = snap.replace(prefill_precision=config_lib.HIGHEST)
   for R in lengths:
     calls = 8 if R < 256 else 1
-    mk = lambda **kw: verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=calls, **kw)[0]
-    cases = [mk(), mk(chunked=True), mk(backend=config_lib.REFERENCE), mk(dense=True)]
+    mk = lambda cfg=snap, **kw: verify_case(cfg, 1, R, 0, 2, dtype, params=params,
+                                            min_calls=calls, **kw)[0]
+    cases = [mk(), mk(chunked=True), mk(highest, chunked=True), mk(backend=config_lib.REFERENCE),
+             mk(dense=True)]
+    if snap.prefill_precision_for(dtype) == config_lib.HIGHEST:
+      del cases[2]                                           # the default is "highest"
     t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
+    scratch = chunk_scratch_mb(snap, R, dtype)
     for c in cases:
       rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[cases[0].name], t[c.name])
                            if c is not cases[0] else None))
+      if " chunked " in c.name:
+        rows_out[-1]["scratch_mb"] = scratch
   R = max(lengths)
   mk = lambda row, **kw: verify_case(comp, 1, R, row, 2, dtype, params=params, min_calls=1,
                                      chunked=True, **kw)[0]
@@ -683,6 +695,14 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
   rows_out.append(_row(cases[0], t[cases[0].name], bw))
   rows_out.append(_row(cases[1], t[cases[1].name], bw, ratio_ci(t[cases[0].name], t[cases[1].name])))
   return rows_out
+
+
+def chunk_scratch_mb(cfg, R, dtype, B=1) -> float:
+  """MB of the chunked body's scratch for a prefill of R rows (`chunk_scan.scratch_bytes`)."""
+  plan = chunk_scan.ChunkPlan(cfg=cfg, Rb=R - cfg.capacity, E=B, B=B, has_z=False,
+                              y_dtype=jnp.dtype(dtype),
+                              tiles=tiles_lib.chunk_tile_config(cfg))
+  return chunk_scan.scratch_bytes(plan) / 1e6
 
 
 def _row(case: Case, times, bw, ratio=None):

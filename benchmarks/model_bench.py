@@ -28,7 +28,6 @@ from absl import app, flags
 from m2v_jax import config as config_lib
 from m2v_jax import hf
 from m2v_jax import layer as layer_lib
-from m2v_jax import params as params_lib
 
 flags.DEFINE_list("batches", ["1", "8", "32", "64"], "batch sizes")
 flags.DEFINE_integer("layers", 8, "Mamba layers")
@@ -52,17 +51,11 @@ def random_model(ssm: config_lib.Mamba2Config, d_model: int, layers: int, vocab:
   cfg = hf.ModelConfig(mixer=mixer, vocab_size=vocab, n_layers=layers,
                        mamba_layers=tuple(range(layers)), norm_eps=1e-5, tie_embeddings=True,
                        model_type="mamba2")
-  rng = np.random.default_rng(0)
-  bf = lambda shape, std: jnp.asarray(rng.normal(0, std, shape), jnp.bfloat16)
   blocks = tuple(hf.LayerWeights(
       norm=jnp.ones((d_model,), jnp.bfloat16),
-      mixer=layer_lib.MixerParams(
-          in_proj=bf((d_model, mixer.d_in_proj), d_model ** -0.5),
-          ssm=params_lib.random_params(ssm, i),
-          norm_weight=jnp.ones((mixer.d_inner,), jnp.bfloat16),
-          out_proj=bf((mixer.d_inner, d_model), mixer.d_inner ** -0.5 / np.sqrt(2 * layers))))
+      mixer=layer_lib.random_mixer_params(mixer, i, jnp.bfloat16, 1 / np.sqrt(2 * layers)))
       for i in range(layers))
-  emb = bf((vocab, d_model), 1.0)
+  emb = jnp.asarray(np.random.default_rng(0).normal(0, 1, (vocab, d_model)), jnp.bfloat16)
   return cfg, hf.ModelParams(embeddings=emb, layers=blocks,
                              norm_f=jnp.ones((d_model,), jnp.bfloat16), lm_head=emb)
 

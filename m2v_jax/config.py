@@ -11,6 +11,7 @@ import math
 import os
 
 import jax
+import jax.numpy as jnp
 
 # ----------------------------------------------------------------------------------------------
 # Replay mode option
@@ -75,10 +76,19 @@ class Mamba2Config:
     replay_mode: "snapshot" (default; ORT "0") or "compact" (ORT "1"). Validated here, where
       the option is set.
     dt_limit: (lo, hi) clamp applied to dt after softplus; default (0, inf), a no-op.
+    prefill_precision: the products of the chunked prefill's matmuls (only that path; the
+      serial kernels multiply in float32 FMAs): "highest" (3-pass TF32 on the tensor cores,
+      about float32 accuracy), "tf32" (one TF32 pass: operands rounded to 10 mantissa bits),
+      "bf16" (operands rounded to bfloat16, 7 bits). Accumulation is float32 in all three.
+      None (default) picks by the activation dtype the products no coarser than the
+      activations themselves: "bf16" for bfloat16, "tf32" for float16 (the same 10 bits),
+      "highest" for float32 (`prefill_precision_for`). docs/design.md, "Prefill precision",
+      has the measured error of each.
 
   Raises:
     ValueError: a non-positive dimension, `ngroups` not dividing `nheads`, a bad
-      `replay_mode`, `dt_limit` with lo > hi, a `window` out of range.
+      `replay_mode`, `dt_limit` with lo > hi, a `window` out of range, an unknown
+      `prefill_precision`.
   """
 
   nheads: int
@@ -90,6 +100,7 @@ class Mamba2Config:
   replay_mode: str = SNAPSHOT
   dt_limit: tuple[float, float] = (0.0, math.inf)
   window: int | None = None
+  prefill_precision: str | None = None
 
   def __post_init__(self):
     for name in ("nheads", "headdim", "dstate", "ngroups", "d_conv", "capacity"):
@@ -112,6 +123,9 @@ class Mamba2Config:
           not self.capacity <= w <= MAX_WINDOW or self.capacity > MAX_DEFERRED_CAPACITY):
         raise ValueError(f"window: expected a power of two in [capacity={self.capacity}, "
                          f"{MAX_WINDOW}] with capacity <= {MAX_DEFERRED_CAPACITY}, got {w!r}")
+    if self.prefill_precision not in PREFILL_PRECISIONS + (None,):
+      raise ValueError(f"prefill_precision: expected one of {PREFILL_PRECISIONS} or None, "
+                       f"got {self.prefill_precision!r}")
 
   @property
   def d_inner(self) -> int:
@@ -143,6 +157,13 @@ class Mamba2Config:
     """Whether `replay_mode` is compact replay (else snapshot)."""
     return self.replay_mode == COMPACT
 
+  def prefill_precision_for(self, act_dtype) -> str:
+    """The chunked prefill's product precision for activations of `act_dtype`:
+    `prefill_precision`, or when None the default by dtype (see the attribute)."""
+    if self.prefill_precision is not None:
+      return self.prefill_precision
+    return _DEFAULT_PRECISION.get(jnp.dtype(act_dtype).name, HIGHEST)
+
   def replace(self, **changes) -> "Mamba2Config":
     """A copy with some fields changed (validated again)."""
     return dataclasses.replace(self, **changes)
@@ -152,6 +173,12 @@ class Mamba2Config:
 # largest verify capacity that goes with it.
 MAX_WINDOW = 32
 MAX_DEFERRED_CAPACITY = 16
+
+# Chunked-prefill product precisions (`Mamba2Config.prefill_precision`) and the default of
+# each activation dtype: the coarsest products that round no more than the activations do.
+HIGHEST, TF32, BF16 = "highest", "tf32", "bf16"
+PREFILL_PRECISIONS = (HIGHEST, TF32, BF16)
+_DEFAULT_PRECISION = {"bfloat16": BF16, "float16": TF32, "float32": HIGHEST}
 
 # Nemotron-H / Nemotron-3.5-Bolt mixer geometry: 128 heads x 64 x 128, 8 groups, K = 4.
 BOLT = Mamba2Config(nheads=128, headdim=64, dstate=128, ngroups=8, d_conv=4, capacity=8)

@@ -99,10 +99,10 @@ def chunk_plan(cfg, backend, state, xbc, z, tiles=None) -> chunk_scan.ChunkPlan:
 
 
 def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt):
-  """Post-conv rows [B, Rp, C] f32 and processed dt [B, Rp, H] f32 of the body (the first
-  Rb rows of xbc [B, R, C] and dt [B, R, H]), zero-padded to whole chunks (padded rows:
-  x = B = C = 0, dt = 0: no decay, no input), and the conv state after the body
-  [B, C, K-1] f32. conv0 [B, C, K-1]: the conv state before it."""
+  """Post-conv rows [B, Rp, C] (activation dtype) and processed dt [B, Rp, H] f32 of the
+  body (the first Rb rows of xbc [B, R, C] and dt [B, R, H]), zero-padded to whole chunks
+  (padded rows: x = B = C = 0, dt = 0: no decay, no input), and the conv state after the
+  body [B, C, K-1] f32. conv0 [B, C, K-1]: the conv state before it."""
   cfg, Rb, Rp = plan_.cfg, plan_.Rb, plan_.Rp
   post = chunk_conv.body_conv(plan_, xbc, conv0, params.conv_weight, params.conv_bias)
   dtp = rowmath.process_dt(dt[:, :Rb].astype(f32), params.dt_bias, cfg.dt_limit)

@@ -90,6 +90,19 @@ class MixerParams(NamedTuple):
   out_proj: jax.Array
 
 
+def random_mixer_params(cfg: MixerConfig, seed: int = 0, weight_dtype=jnp.float32,
+                        out_scale: float = 1.0) -> MixerParams:
+  """Random mixer parameters (for tests and benchmarks): the conv + SSM as
+  `params.random_params`, in_proj ~ N(0, 1/d_model), out_proj ~ N(0, out_scale² / d_inner)
+  (in `weight_dtype`), norm weight 1 + N(0, 0.1²)."""
+  rng = np.random.default_rng(seed)
+  w = lambda shape, std: jnp.asarray(rng.normal(0, std, shape), weight_dtype)
+  return MixerParams(in_proj=w((cfg.d_model, cfg.d_in_proj), cfg.d_model ** -0.5),
+                     ssm=params_lib.random_params(cfg.ssm, seed),
+                     norm_weight=w((cfg.d_inner,), 0.1) + jnp.asarray(1, weight_dtype),
+                     out_proj=w((cfg.d_inner, cfg.d_model), out_scale * cfg.d_inner ** -0.5))
+
+
 def check_params(cfg: MixerConfig, p: MixerParams) -> None:
   """Raises ValueError naming the first parameter whose shape does not match `cfg`."""
   want = dict(in_proj=(cfg.d_model, cfg.d_in_proj), norm_weight=(cfg.d_inner,),
@@ -154,6 +167,19 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
       `num_rows` with `prefill`.
   """
   check_params(cfg, params)
+  out, state = mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
+                             num_rows=num_rows, prefill=prefill, chunked=chunked,
+                             backend=backend)
+  return out.astype(hidden.dtype), state
+
+
+def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
+                  cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
+                  backend: str | None = None):
+  """`mixer` with its output in float32 before the cast to hidden's dtype: under head
+  sharding (`m2v_jax.sharding.sharded_mixer`) each shard's output is a partial sum of
+  out_proj over its heads, summed across shards before the cast. Arguments as `mixer`
+  (the parameter shapes are not checked here)."""
   dtype = hidden.dtype
   if prefill and num_rows is not None:
     raise ValueError("num_rows: verify calls only (a prefill runs all its rows)")
@@ -168,7 +194,7 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     y, state = ops.verify(ssm, params.ssm, state, xbc, dt, state_row,
                           cache_indices=cache_indices, num_rows=num_rows, backend=backend)
   g = gated_rms_norm(y, z, params.norm_weight, cfg.groups, cfg.norm_eps)
-  return project(g, params.out_proj).astype(dtype), state
+  return project(g, params.out_proj), state
 
 
 def state_row_from_accepted(num_accepted_tokens):

@@ -10,10 +10,14 @@ device, so the sharded ops take them in the TP layout `[x_0 | B_0 | C_0 | x_1 | 
 ...]` (device d's own `[x | B | C]` block after block), which a contiguous split along the
 channel axis hands out correctly. `to_tp_layout` / `from_tp_layout` permute the channel axis
 of parameters, states and xBC between the two layouts; a model's in_proj can emit the TP
-layout directly by permuting its output columns once.
+layout directly by permuting its output columns once: `mixer_to_tp_layout` does that for the
+mixer layer (`m2v_jax.layer`), and `sharded_mixer` runs it with out_proj's partial sums added
+across the head shards.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from m2v_jax import config as config_lib
+from m2v_jax import layer as layer_lib
 from m2v_jax.params import LayerParams
 from m2v_jax.state import CompactState, SnapshotState
 
@@ -106,14 +111,20 @@ def _specs(state, h, b):
   return params, st
 
 
+def _mixer_specs(ssm_spec, h):
+  return layer_lib.MixerParams(in_proj=P(None, h), ssm=ssm_spec, norm_weight=P(h),
+                               out_proj=P(h, None))
+
+
 def put(mesh: jax.sharding.Mesh, *, head_axis: str, batch_axis: str | None = None, params=None,
         state=None):
-  """Places params and a state pool (both in TP layout) on `mesh` as `sharded` splits them,
-  so that the first sharded call can update the state in place.
+  """Places params and a state pool (both in TP layout) on `mesh` as `sharded` (or, for
+  `MixerParams`, `sharded_mixer`) splits them, so that the first sharded call can update the
+  state in place.
 
   Args:
     mesh, head_axis, batch_axis: as `sharded`.
-    params: `LayerParams` in TP layout, or None.
+    params: `LayerParams` (`to_tp_layout`) or `MixerParams` (`mixer_to_tp_layout`), or None.
     state: a state pool in TP layout, or None.
 
   Returns:
@@ -122,6 +133,8 @@ def put(mesh: jax.sharding.Mesh, *, head_axis: str, batch_axis: str | None = Non
   leaf_specs = lambda tree, specs: jax.tree.map(
       lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec)), tree, specs)
   p_spec, s_spec = _specs(state, head_axis, batch_axis)
+  if isinstance(params, layer_lib.MixerParams):
+    p_spec = _mixer_specs(p_spec, head_axis)
   return (None if params is None else leaf_specs(params, p_spec),
           None if state is None else leaf_specs(state, s_spec))
 
@@ -184,6 +197,82 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
                                           **op_kwargs)
     f = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=(x_spec, s_spec),
                       check_vma=False)
+    return f(*args)
+
+  return run
+
+
+def _local_mixer_config(cfg: layer_lib.MixerConfig, n: int) -> layer_lib.MixerConfig:
+  if cfg.groups % n:
+    raise ValueError(f"head shards: expected a divisor of the gated norm's groups="
+                     f"{cfg.groups}, got {n}")
+  return dataclasses.replace(cfg, ssm=local_config(cfg.ssm, n), norm_groups=cfg.groups // n)
+
+
+def mixer_to_tp_layout(cfg: layer_lib.MixerConfig, n: int, params: layer_lib.MixerParams
+                       ) -> layer_lib.MixerParams:
+  """Mixer params with in_proj's output columns in TP layout: device d's `[z_d | x_d | B_d |
+  C_d | dt_d]` block after block, so a contiguous split hands each head shard its own z,
+  xBC (the conv channels in TP layout, as `to_tp_layout`) and dt. The conv + SSM params are
+  permuted by `to_tp_layout`; the norm weight and out_proj's rows follow the heads in order
+  and stay as they are. Take the state through `to_tp_layout(cfg.ssm, n, state=...)`.
+
+  Raises:
+    ValueError: n does not divide nheads, ngroups and the gated norm's groups.
+  """
+  _local_mixer_config(cfg, n)
+  di, C, H = cfg.d_inner, cfg.ssm.conv_dim, cfg.ssm.nheads
+  conv = tp_channel_order(cfg.ssm, n).reshape(n, C // n)
+  cols = np.concatenate([np.concatenate([np.arange(d * di // n, (d + 1) * di // n), di + conv[d],
+                                         di + C + np.arange(d * H // n, (d + 1) * H // n)])
+                         for d in range(n)])
+  ssm, _, _ = to_tp_layout(cfg.ssm, n, params=params.ssm)
+  return params._replace(in_proj=_take(params.in_proj, cols, 1), ssm=ssm)
+
+
+def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_axis: str,
+                  batch_axis: str | None = None, **mixer_kwargs):
+  """The mixer layer (`m2v_jax.layer.mixer`) as a function of global arrays, heads split over
+  `head_axis` and sequences over `batch_axis`.
+
+  Returns `f(params, state, hidden, state_row) -> (out, state)`: params from
+  `mixer_to_tp_layout`, the state pool from `to_tp_layout` (placed by `put`), hidden [B, R,
+  d_model] and out replicated over the head axis. Each head shard runs in_proj's columns of
+  its heads, the conv + SSM op on its heads, the gated norm of its groups and out_proj's rows
+  of its heads; the float32 partial outputs are summed across the shards (`lax.psum`) and
+  cast to hidden's dtype. The state is bitwise what the one-device op gives for the same
+  xBC and dt; out differs from one device by the order of out_proj's sum (float32 rounding).
+  Call it under `jax.jit` with the state donated.
+
+  Args:
+    mesh, head_axis, batch_axis: as `sharded`.
+    cfg: the global layer.
+    **mixer_kwargs: passed to `mixer` (`prefill`, `chunked`, `backend`).
+
+  Raises:
+    ValueError: the head-axis size does not divide nheads, ngroups and the norm's groups.
+  """
+  n = mesh.shape[head_axis]
+  lcfg = _local_mixer_config(cfg, n)
+  h, b = head_axis, batch_axis
+  explicit = _explicit(mesh, [a for a in (h, b) if a is not None])
+
+  def run(params, state, hidden, state_row):
+    layer_lib.check_params(cfg, params)
+    ssm_spec, s_spec = _specs(state, h, b)
+    p_spec = _mixer_specs(ssm_spec, h)
+    in_specs = (p_spec, s_spec, P(b, None, None), P(b))
+    args = (params, state, hidden, state_row)
+    if explicit:
+      args = jax.tree.map(lambda a, spec: jax.reshard(a, NamedSharding(mesh, spec)), args,
+                          in_specs)
+
+    def local(p, s, x, r):
+      out, s = layer_lib.mixer_partial(lcfg, p, s, x, r, **mixer_kwargs)
+      return jax.lax.psum(out, h).astype(x.dtype), s
+
+    f = jax.shard_map(local, mesh=mesh, in_specs=in_specs,
+                      out_specs=(P(b, None, None), s_spec), check_vma=False)
     return f(*args)
 
   return run

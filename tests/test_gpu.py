@@ -14,8 +14,8 @@ from m2v_jax.kernels import backend, rowmath
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
 from tests.test_compact import Pair
 from tests.test_prefill import check_chunked_pool
-from tests.test_pools import (PoolPair, check_nan_isolation, check_reused_entry,
-                              check_sharded_verify)
+from tests.test_pools import (SHARDED_VARIANTS, PoolPair, check_nan_isolation,
+                              check_reused_entry, check_sharded_mixer, check_sharded_verify)
 
 pytestmark = pytest.mark.gpu
 BOLT = m.BOLT
@@ -205,14 +205,30 @@ def test_bolt_pool_reused_entry_batch32():
   check_reused_entry("pallas", cfg=BOLT, num_entries=48, batch=32, dtype=jnp.bfloat16)
 
 
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_bolt_two_gpu_head_sharding(mode):
+@pytest.mark.parametrize("mode,window,state_dtype", SHARDED_VARIANTS)
+def test_bolt_two_gpu_head_sharding(mode, window, state_dtype):
   """Bolt heads split over 2 GPUs (64 heads and 4 groups each, in the TP channel layout)
-  equal the one-GPU run, bitwise, over four verifies (R = 8, 5, 8, 8) with partial acceptance."""
+  equal the one-GPU run, bitwise, over verifies (R = 8, 5, 8) with partial acceptance, a
+  chunked prefill of 300 rows (body + serial tail) and a verify after it."""
   gpus = [d for d in jax.devices() if d.platform == "gpu"]
   if len(gpus) < 2:
     pytest.skip(f"needs 2 GPUs, found {len(gpus)}")
   from jax.sharding import Mesh
   mesh = Mesh(np.array(gpus[:2]).reshape(1, 2), ("dp", "tp"))
-  check_sharded_verify(BOLT.replace(replay_mode=mode), mesh, "pallas", jnp.bfloat16, Bsz=2,
-                       seed=11, Rs=(8, 5, 8, 8))
+  check_sharded_verify(BOLT.replace(replay_mode=mode, window=window), mesh, "pallas",
+                       jnp.bfloat16, Bsz=2, seed=11, Rs=(8, 5, 8, 300, 8),
+                       state_dtype=state_dtype, chunked=True)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_bolt_two_gpu_mixer_layer(mode):
+  """The mixer layer at Bolt geometry (d_model 1024) with heads over 2 GPUs against one GPU,
+  over verifies and a chunked prefill of 300 rows (float32 rounding: in_proj's columns and
+  out_proj's sum are split across the GPUs)."""
+  gpus = [d for d in jax.devices() if d.platform == "gpu"]
+  if len(gpus) < 2:
+    pytest.skip(f"needs 2 GPUs, found {len(gpus)}")
+  from jax.sharding import Mesh
+  mesh = Mesh(np.array(gpus[:2]).reshape(1, 2), ("dp", "tp"))
+  cfg = m.MixerConfig(ssm=BOLT.replace(replay_mode=mode), d_model=1024)
+  check_sharded_mixer(cfg, mesh, "pallas", Bsz=2, seed=5, Rs=(8, 300, 5))

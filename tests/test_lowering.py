@@ -64,6 +64,12 @@ def test_chunked_prefill_lowers(mode, R, z):
   assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
 
 
+@pytest.mark.parametrize("precision", ["highest", "tf32", "bf16"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_chunked_prefill_lowers_at_each_precision(precision, dtype):
+  lower(m.BOLT.replace(prefill_precision=precision), 1, 200, dtype=dtype, chunked=True)
+
+
 @pytest.mark.parametrize("tiles", [m.ChunkTiles(chunk=8), m.ChunkTiles(local_block_p=8)])
 def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
   """Triton's smallest dot is 16 wide: compiled, such tiles get a clear error (interpret mode

@@ -143,17 +143,26 @@ def test_host_checks_for_pools():
     checks.call(cfg, p, st, x9, d9, [0, 0, 0], None, [0, 1, 2], [9, 9, 9], verify=False)
 
 
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_two_way_head_sharding_matches_one_device(mode):
+# (replay mode, window, state dtype) of the sharding tests: both modes, deferred commit and
+# 16-bit state storage.
+SHARDED_VARIANTS = [("snapshot", None, jnp.float32), ("compact", None, jnp.float32),
+                    ("compact", 16, jnp.float32), ("snapshot", None, jnp.bfloat16),
+                    ("compact", 16, jnp.bfloat16)]
+
+
+@pytest.mark.parametrize("mode,window,state_dtype", SHARDED_VARIANTS)
+def test_two_way_head_sharding_matches_one_device(mode, window, state_dtype):
   """A layer with heads over 2 devices (and sequences over 2) equals the one-device run,
-  bitwise per head."""
+  bitwise per head, over verify calls and a chunked prefill (body + serial tail)."""
   devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
   if len(devices) < 4:
     pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
   backend = "pallas" if devices[0].platform == "gpu" else "interpret"
-  cfg = m.Mamba2Config(nheads=4, headdim=8, dstate=16, ngroups=2, replay_mode=mode)
+  cfg = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2, replay_mode=mode,
+                       window=window)
   mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
-  check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=6, Rs=(8, 5, 8))
+  check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=6, Rs=(8, 5, 40, 8),
+                       state_dtype=state_dtype, chunked=True)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
@@ -172,23 +181,30 @@ def test_sharding_with_a_make_mesh_mesh(mode):
                        batch_axis=None)
 
 
-def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp"):
-  """Runs verify calls of R in `Rs` rows with heads over mesh axis "tp" and sequences over
-  "dp", and on one device; y and the states agree bitwise after every call."""
+def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp",
+                         state_dtype=jnp.float32, chunked=None):
+  """Runs calls of R in `Rs` rows (`verify` for R <= capacity, else `prefill` with `chunked`)
+  with heads over mesh axis "tp" and sequences over "dp", and on one device; y and the
+  states agree bitwise after every call."""
   p = m.random_params(cfg, seed)
   rng = np.random.default_rng(seed)
   n = mesh.shape["tp"]
-  run = m.sharding.sharded(m.verify, mesh, cfg, head_axis="tp", batch_axis=batch_axis,
-                           backend=backend)
-  step = jax.jit(run, donate_argnums=1)
-  one = m.init_state(cfg, Bsz, dtype)
-  ptp, many, _ = m.sharding.to_tp_layout(cfg, n, params=p, state=m.init_state(cfg, Bsz, dtype))
+  steps = {}
+  for op, kw in ((m.verify, {}), (m.prefill, dict(chunked=chunked))):
+    run = m.sharding.sharded(op, mesh, cfg, head_axis="tp", batch_axis=batch_axis,
+                             backend=backend, **kw)
+    steps[op] = (jax.jit(run, donate_argnums=1), kw)
+  one = m.init_state(cfg, Bsz, dtype, state_dtype=state_dtype)
+  ptp, many, _ = m.sharding.to_tp_layout(
+      cfg, n, params=p, state=m.init_state(cfg, Bsz, dtype, state_dtype=state_dtype))
   ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis=batch_axis, params=ptp,
                              state=many)
   rows = np.zeros(Bsz, np.int32)
   for R in Rs:
+    op = m.verify if R <= cfg.capacity else m.prefill
+    step, kw = steps[op]
     xbc, dt = inputs(cfg, Bsz, R, dtype, rng=rng)
-    y1, one = m.verify(cfg, p, one, xbc, dt, rows, backend=backend)
+    y1, one = op(cfg, p, one, xbc, dt, rows, backend=backend, **kw)
     _, _, xtp = m.sharding.to_tp_layout(cfg, n, xbc=xbc)
     y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
     assert len(y2.sharding.device_set) == mesh.size
@@ -196,7 +212,60 @@ def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="d
     _, back, _ = m.sharding.from_tp_layout(cfg, n, state=many)
     for name, a, b in zip(type(one)._fields, one, back):
       assert_bitwise(a, b, f"{name} (R={R})")
-    rows = rng.integers(0, R, Bsz).astype(np.int32)
+    rows = rng.integers(0, min(R, cfg.capacity), Bsz).astype(np.int32)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_sharded_mixer_matches_one_device(mode):
+  """The mixer layer with heads over 2 devices (sequences over 2) against one device."""
+  devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
+  if len(devices) < 4:
+    pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+  backend = "pallas" if devices[0].platform == "gpu" else "interpret"
+  ssm = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2, replay_mode=mode)
+  mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
+  check_sharded_mixer(m.MixerConfig(ssm=ssm, d_model=48), mesh, backend, Bsz=4, seed=3,
+                      Rs=(8, 40, 5))
+
+
+def test_sharded_mixer_checks_the_norm_groups():
+  ssm = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2)
+  cfg = m.MixerConfig(ssm=ssm, d_model=48, norm_groups=1)
+  mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("tp",))
+  with pytest.raises(ValueError, match="norm's groups=1, got 2"):
+    m.sharding.sharded_mixer(mesh, cfg, head_axis="tp")
+
+
+def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
+  """Calls of the mixer layer (`prefill` for R > capacity) with heads over mesh axis "tp" and
+  sequences over "dp", and on one device, float32 activations and weights: out and the
+  states agree to float32 rounding (each shard runs its own columns of in_proj, and
+  out_proj's sum is split across the shards), the integer leaves exactly."""
+  p = m.layer.random_mixer_params(cfg, seed)
+  rng = np.random.default_rng(seed)
+  n = mesh.shape["tp"]
+  runs = {pf: jax.jit(m.sharding.sharded_mixer(mesh, cfg, head_axis="tp", batch_axis="dp",
+                                                prefill=pf, chunked=chunked, backend=backend),
+                      donate_argnums=1) for pf in (False, True)}
+  one = m.init_state(cfg.ssm, Bsz, jnp.float32)
+  ptp = m.sharding.mixer_to_tp_layout(cfg, n, p)
+  _, many, _ = m.sharding.to_tp_layout(cfg.ssm, n, state=m.init_state(cfg.ssm, Bsz, jnp.float32))
+  ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis="dp", params=ptp, state=many)
+  rows = np.zeros(Bsz, np.int32)
+  for R in Rs:
+    pf = R > cfg.ssm.capacity
+    hidden = jnp.asarray(rng.normal(0, 1, (Bsz, R, cfg.d_model)), jnp.float32)
+    out1, one = m.mixer(cfg, p, one, hidden, rows, prefill=pf, chunked=chunked if pf else None,
+                        backend=backend)
+    out2, many = runs[pf](ptp, many, hidden, jnp.asarray(rows))
+    assert_close(out2, out1, 1e-5, f"out (R={R})")
+    _, back, _ = m.sharding.from_tp_layout(cfg.ssm, n, state=many)
+    for name, a, b in zip(type(one)._fields, one, back):
+      if jnp.issubdtype(a.dtype, jnp.floating):
+        assert_close(b, a, 1e-5, f"{name} (R={R})")
+      else:
+        assert_bitwise(a, b, f"{name} (R={R})")
+    rows = rng.integers(0, min(R, cfg.ssm.capacity), Bsz).astype(np.int32)
 
 
 def test_reset_entries_checks_shapes():

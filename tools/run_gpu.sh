@@ -12,6 +12,8 @@
 #                checks (Bolt geometry, rounding canary, in-place updates, 2-GPU sharding)
 #   main batch loop prefill breakdown sweep chunk_sweep
 #                benchmarks/bench.py suites of those names (-> NAME.json)
+#   precision    tools/prefill_precision_error.py: the chunked prefill's error at each product
+#                precision against a float64 oracle (-> prefill_precision.json)
 #   model        benchmarks/model_bench.py: 8 Bolt layers with projections, greedy vs
 #                speculative in both modes, tokens/s (-> model.json; M2V_MODEL_ARGS adds flags)
 #   decode       the example decoder in both modes, timed
@@ -57,6 +59,8 @@ for s in $STAGES; do
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
     main|batch|loop|flush|prefill|breakdown|sweep|chunk_sweep)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
+    precision) stage precision 200 $PY tools/prefill_precision_error.py \
+                 --out="$OUT/prefill_precision.json" ;;
     model) stage model 300 $PY benchmarks/model_bench.py --out="$OUT/model.json" ${M2V_MODEL_ARGS:-} ;;
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;

@@ -122,27 +122,51 @@ def fma(interpret: bool):
   return fused
 
 
-# Precision of every dot in the chunked prefill kernels: 3-pass TF32 on the tensor cores gives
-# about float32 accuracy (8e-6 max abs error on a [64,64]x[64,128] product on the H200, vs
-# 1e-2 for the TF32 default). See docs/design.md, "Prefill precision".
-DOT_PRECISION = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
+# The chunked prefill's products at each `Mamba2Config.prefill_precision`, compiled: 3-pass
+# TF32 on the tensor cores gives about float32 accuracy (8e-6 max abs error on a
+# [64,64]x[64,128] product on the H200, vs 1e-2 for one TF32 pass); "bf16" rounds the
+# operands to bfloat16 and runs bf16 tensor-core products. Accumulation is float32 in all.
+# See docs/design.md, "Prefill precision".
+_ALGORITHMS = {"highest": lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
+               "tf32": lax.DotAlgorithmPreset.TF32_TF32_F32}
 
 
-def precision(interpret: bool = False):
-  """The matmul precision of the chunked scan, for dots inside kernels and XLA einsums
-  around them: `DOT_PRECISION` compiled, float32 (HIGHEST) in interpret mode on XLA:CPU."""
-  return lax.Precision.HIGHEST if interpret else DOT_PRECISION
+def round_tf32(x):
+  """float32 x rounded to TF32 (10 explicit mantissa bits, nearest, ties to even): what one
+  TF32 pass multiplies, emulated where there are no TF32 tensor cores (interpret mode)."""
+  u = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+  u = (u + jnp.uint32(0xFFF) + ((u >> 13) & jnp.uint32(1))) & jnp.uint32(0xFFFFE000)
+  return lax.bitcast_convert_type(u, jnp.float32)
 
 
-def dot(a, b, *, trans_a: bool = False, trans_b: bool = False, interpret: bool = False):
-  """float32 op(a) @ op(b) of 2-D tiles inside a kernel, with the library's explicit precision.
+def _operands(a, b, precision: str, interpret: bool):
+  """(a, b, lax precision) of a product at `precision`: bf16 operands for "bf16"; float32
+  operands with the TF32 algorithm compiled; in interpret mode (XLA:CPU has no TF32) float32
+  at HIGHEST, the operands rounded to TF32 for "tf32" (so that CPU tests see its error)."""
+  if precision == "bf16":
+    return a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), None
+  a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+  if not interpret:
+    return a, b, _ALGORITHMS[precision]
+  if precision == "tf32":
+    a, b = round_tf32(a), round_tf32(b)
+  return a, b, lax.Precision.HIGHEST
 
-  Interpret mode runs the dot on XLA:CPU, which has no 3-pass TF32 algorithm; it uses
-  float32 (HIGHEST) there, which is at least as accurate.
-  """
+
+def dot(a, b, *, precision: str, trans_a: bool = False, trans_b: bool = False,
+        interpret: bool = False):
+  """float32 op(a) @ op(b) of 2-D tiles inside a kernel, with products at `precision`
+  ("highest", "tf32" or "bf16", see `_operands`) and float32 accumulation."""
   dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
-  return lax.dot_general(a, b, dims, precision=precision(interpret),
-                         preferred_element_type=jnp.float32)
+  a, b, prec = _operands(a, b, precision, interpret)
+  return lax.dot_general(a, b, dims, precision=prec, preferred_element_type=jnp.float32)
+
+
+def einsum(spec: str, a, b, *, precision: str, interpret: bool = False):
+  """`jnp.einsum` of two operands in XLA (around the kernels), products at `precision` as
+  `dot`, float32 out."""
+  a, b, prec = _operands(a, b, precision, interpret)
+  return jnp.einsum(spec, a, b, precision=prec, preferred_element_type=jnp.float32)
 
 
 def abstract_h200_mesh():

@@ -30,17 +30,19 @@ The body:
       every chunk at once from its starting state (the first two lines), gated, into a
       buffer of the call's rows; a sequence that does not run gets its fill value (NaN:
       rejected, zero: padding).
-   The matmuls run on the tensor cores with 3-pass TF32 (`backend.DOT_PRECISION`, about
-   float32 accuracy). The serial tail's y goes into the output's buffer in place (when the
+   The matmuls run on the tensor cores with products at the plan's precision
+   (`Mamba2Config.prefill_precision`: 3-pass TF32, one TF32 pass or bf16 operands; float32
+   accumulation). The serial tail's y goes into the output's buffer in place (when the
    padded body reaches past the call's rows, the buffer has the padded body's rows and is
    cut to R at the end: one copy of y, and z is padded);
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
 Then the serial kernels run the last `cap` rows from there.
 
-Scratch per sequence (float32, Rp body rows padded to the chunk length L): post-conv rows
-Rp·C, C·Bᵀ (Rp/L)·G·L², chunk states and chunk starting states 2·(Rp/L)·H·P·N; at Bolt
-geometry and R = 4096 about 168 + 8 + 2·268 MB = 0.71 GB, linear in B: callers prefilling
-many long prompts at once should split the batch.
+Scratch per sequence (Rp body rows padded to the chunk length L): post-conv rows Rp·C in the
+activation dtype, C·Bᵀ (Rp/L)·G·L² float32, and the chunk states (Rp/L)·H·P·N float32 (the
+state-passing kernel writes each chunk's starting state over its own state); at Bolt
+geometry, bf16 activations and R = 4096, about 84 + 8 + 268 MB = 0.36 GB (`scratch_bytes`),
+linear in B: callers prefilling many long prompts at once should split the batch.
 """
 
 from __future__ import annotations
@@ -169,10 +171,26 @@ class ChunkPlan:
     return self.Rb + self.cfg.capacity
 
   @property
+  def precision(self) -> str:
+    """Products of the dots: "highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision`,
+    by default chosen by the activation dtype)."""
+    return self.cfg.prefill_precision_for(self.y_dtype)
+
+  @property
   def y_rows(self) -> int:
     """Rows of the output kernel's y: the padded body, at least the call's rows, so that
     the serial tail's y is written into it in place."""
     return max(self.Rp, self.R)
+
+
+def scratch_bytes(plan: ChunkPlan) -> int:
+  """Bytes of the chunked body's intermediate buffers (post-conv rows, processed dt, C·Bᵀ,
+  chunk states and decays), all sequences of the call."""
+  cfg, nc, B = plan.cfg, plan.n_chunks, plan.B
+  H = cfg.nheads
+  return B * (plan.Rp * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
+              + 4 * (plan.Rp * H + nc * cfg.ngroups * plan.chunk ** 2
+                     + nc * H * cfg.headdim * cfg.dstate + nc * H))
 
 
 def _log_decay(dtv, a_h, L):
@@ -218,16 +236,17 @@ def _chunk_states_kernel(*, go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, p
 
   @pl.when(go_ref[b] > 0)
   def _run():
-    bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N]
+    bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N] activation dtype
 
     def head(j, carry):
       h = h0 + j
-      x = xr_ref[b, rows, pl.ds(h * P + pid_p * BP, BP)]         # [L, BP]
+      x = xr_ref[b, rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
       dtv = dtr_ref[b, rows, h]                                  # [L]
       acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
       s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = backend.dot(
-          x * w_s[:, None], bm, trans_a=True, interpret=plan.interpret)
+          x * w_s[:, None], bm, trans_a=True, precision=plan.precision,
+          interpret=plan.interpret)
       dec_ref[b, c, h] = jnp.exp(acum_l)
       return carry
 
@@ -238,8 +257,10 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ss
                        st_ref, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, B), chunks in order, elementwise (no matmul on
   the serial path): from the starting state, st = dec · st + s per chunk; each chunk's
-  starting state into `st` [B, chunks, H, P, N] f32, the final state over the starting
-  slot (snapshot) or base (compact). A sequence that does not run writes nothing."""
+  starting state into `st` [B, chunks, H, P, N] f32 (the buffer of `s`, aliased: a chunk's
+  own state is read before its starting state is written over it), the final state over
+  the starting slot (snapshot) or base (compact). A sequence that does not run writes
+  nothing."""
   cfg = plan.cfg
   BP = plan.block_p
   compact = cfg.compact
@@ -279,12 +300,13 @@ def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_re
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
   rows = pl.ds(c * L, L)
-  dot = lambda a, b_, **kw: backend.dot(a, b_, interpret=plan.interpret, **kw)
+  dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
+                                        interpret=plan.interpret, **kw)
 
   @pl.when(go_ref[b] > 0)
   def _run():
     cb = cb_ref[b, c, g, :, :]                                   # [L, L]
-    cm = xr_ref[b, rows, pl.ds(HP + G * N + g * N, N)]           # [L, N]
+    cm = xr_ref[b, rows, pl.ds(HP + G * N + g * N, N)]           # [L, N] activation dtype
     t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
     s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
     causal = t_idx >= s_idx
@@ -292,7 +314,7 @@ def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_re
     def head(j, carry):
       h = h0 + j
       xcols = pl.ds(h * P + pid_p * BP, BP)
-      x = xr_ref[b, rows, xcols]                                 # [L, BP]
+      x = xr_ref[b, rows, xcols].astype(f32)                     # [L, BP]
       dtv = dtr_ref[b, rows, h]                                  # [L]
       acum, _ = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
@@ -314,16 +336,16 @@ def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_re
       y_ref[b, rows, pl.ds((h0 + j) * P + pid_p * BP, BP)] = tile
 
 
-def group_cb(cfg, xr, chunk: int, interpret: bool):
+def group_cb(cfg, xr, chunk: int, precision: str, interpret: bool):
   """C·Bᵀ of every chunk and group: [B, chunks, G, L, L] float32 from the post-conv rows
-  `xr` [B, Rp, C], one batched matmul at the scan's precision (`backend.precision`)."""
+  `xr` [B, Rp, C], one batched matmul with products at `precision` (`backend.einsum`)."""
   Bsz, Rp, _ = xr.shape
   G, N, HP = cfg.ngroups, cfg.dstate, cfg.d_inner
   nc = Rp // chunk
   bm = xr[..., HP:HP + G * N].reshape(Bsz, nc, chunk, G, N)
   cm = xr[..., HP + G * N:HP + 2 * G * N].reshape(Bsz, nc, chunk, G, N)
-  return jnp.einsum("bctgn,bcsgn->bcgts", cm, bm, precision=backend.precision(interpret),
-                    preferred_element_type=f32)
+  return backend.einsum("bctgn,bcsgn->bcgts", cm, bm, precision=precision,
+                        interpret=interpret)
 
 
 def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log, D, ssm):
@@ -335,7 +357,7 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log
     go: [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` value and keeps
       its state.
     fill: [B] float32 y value of a sequence that does not run (NaN: rejected, 0: padding).
-    xr: [B, Rp, C] float32 post-conv body rows, zero-padded to whole chunks.
+    xr: [B, Rp, C] post-conv body rows in the activation dtype, zero-padded to whole chunks.
     dtr: [B, Rp, H] float32 processed dt (padding rows 0).
     z: optional [B, >= Rp, H*P] gate.
     A_log, D: [H] float32.
@@ -367,10 +389,10 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log
                   s_ref=own["s_ref"], ssm_ref=ssm),
       outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                    st_ref=sds((plan.B, nc, H, P, N), f32)),
-      aliases=dict(ssm_ref="ssm_out_ref"),
+      aliases=dict(ssm_ref="ssm_out_ref", s_ref="st_ref"),
       grid=(P // plan.block_p, H, plan.B), num_warps=t.num_warps, num_stages=t.num_stages,
       name=f"m2v_chunk_pass_{cfg.replay_mode}")
-  cb = group_cb(cfg, xr, plan.chunk, plan.interpret)
+  cb = group_cb(cfg, xr, plan.chunk, plan.precision, plan.interpret)
   out = launch(
       _chunk_out_kernel,
       inputs=dict(go_ref=go, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
