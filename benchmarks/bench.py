@@ -604,7 +604,7 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   params = params_lib.random_params(snap)
   shapes = [_chunk_tiles(v) for v in variants]
   variants = []        # the table's first; P tiles as the kernels shrink them, no duplicates
-  for tiles in [tiles_lib.chunk_tile_config(snap)] + shapes:
+  for tiles in [tiles_lib.chunk_tile_config(snap, snap.prefill_precision_for(dtype))] + shapes:
     tiles = dataclasses.replace(
         tiles, block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.block_p),
         local_block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.local_block_p))
@@ -697,11 +697,57 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
   return rows_out
 
 
+RAGGED_LENGTHS = (300, 4000, 1500, 800, 3100, 600, 2200, 1200)
+
+
+def suite_ragged(bw, banks, blocks, dtype, lengths=RAGGED_LENGTHS):
+  """A batch of prompts of different lengths (snapshot mode, default precision): one ragged
+  prefill (`num_rows`, R = the longest) against the prompts one by one (one B=1 prefill of
+  its own length each, all in one step), both into a pool of len(lengths) entries. Ratio:
+  one by one over ragged (above 1: the ragged call is faster)."""
+  del bw
+  cfg = _geom
+  B, R = len(lengths), max(lengths)
+  params = params_lib.random_params(cfg)
+  xbc, dt = _inputs(cfg, B, R, dtype)
+  n = jnp.asarray(lengths, jnp.int32)
+  zeros = jnp.zeros((B,), jnp.int32)
+
+  def ragged(state, params, xbc, dt, call=None):
+    del call
+    y, state = dispatch.call(params, state, xbc, dt, zeros, None, jnp.arange(B, dtype=jnp.int32),
+                             n, cfg=cfg, backend=_backend_name, chunked=True)
+    return state, y
+
+  def one_by_one(state, params, xbc, dt, call=None):
+    del call
+    ys = []
+    for b, k in enumerate(lengths):
+      y, state = dispatch.call(params, state, xbc[b:b + 1, :k], dt[b:b + 1, :k], zeros[:1],
+                               None, jnp.full((1,), b, jnp.int32), None, cfg=cfg,
+                               backend=_backend_name, chunked=True)
+      ys.append(y)
+    return state, ys
+
+  make = lambda name, fn: make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype),
+                                    banks, min_calls=1, args=(params, xbc, dt),
+                                    flops=sum(ssd_flops(cfg, 1, k) for k in lengths))
+  lens = ",".join(map(str, lengths))
+  cases = [make(f"ragged prefill B={B} n={lens} chunked {cfg.prefill_precision_for(dtype)}",
+                ragged),
+           make(f"one by one B=1 x {B} n={lens} chunked {cfg.prefill_precision_for(dtype)}",
+                one_by_one)]
+  t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
+  return [_row(cases[0], t[cases[0].name], None),
+          _row(cases[1], t[cases[1].name], None, ratio_ci(t[cases[1].name], t[cases[0].name]))]
+
+
 def chunk_scratch_mb(cfg, R, dtype, B=1) -> float:
   """MB of the chunked body's scratch for a prefill of R rows (`chunk_scan.scratch_bytes`)."""
   plan = chunk_scan.ChunkPlan(cfg=cfg, Rb=R - cfg.capacity, E=B, B=B, has_z=False,
                               y_dtype=jnp.dtype(dtype),
-                              tiles=tiles_lib.chunk_tile_config(cfg))
+                              tiles=tiles_lib.chunk_tile_config(
+                                  cfg, cfg.prefill_precision_for(dtype)))
   return chunk_scan.scratch_bytes(plan) / 1e6
 
 
@@ -733,7 +779,8 @@ def format_rows(rows) -> str:
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("suites", ["main", "batch", "loop", "prefill", "breakdown"],
-                  "suites to run: main, batch, loop, sweep, chunk_sweep, prefill, breakdown")
+                  "suites to run: main, batch, loop, flush, sweep, chunk_sweep, prefill, ragged, "
+                  "breakdown")
 flags.DEFINE_string("out", None, "write the results as JSON here")
 flags.DEFINE_integer("banks", 8, "rotating state sets per case")
 flags.DEFINE_integer("blocks", 15, "timed blocks per case")
@@ -749,6 +796,8 @@ flags.DEFINE_list("vary_batches", ["32"], "batch sizes at which the loop suite a
 flags.DEFINE_list("windows", [], "deferred-commit windows of compact mode in the loop suite "
                   "(e.g. 16,32)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
+flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
+                  "prompt lengths of the ragged suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
 flags.DEFINE_list("sweep_tiles", list(DEFAULT_TILE_VARIANTS),
@@ -799,6 +848,8 @@ def main(argv):
                                        state_dtypes=FLAGS.state_dtypes,
                                        windows=[int(w) for w in FLAGS.windows]),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
+                ragged=functools.partial(suite_ragged,
+                                         lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),

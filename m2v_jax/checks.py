@@ -127,8 +127,6 @@ def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: 
   E = state(cfg, st, xbc.dtype)
   cache_indices = entries(cache_indices, B, E)
   if num_rows is not None:
-    if R > cfg.capacity:
-      raise ValueError(f"num_rows: only for calls of R <= capacity={cfg.capacity} rows, got R={R}")
     if is_host(num_rows):
       nr = _host_int_array("num_rows", num_rows, B)
       bad = np.flatnonzero((nr < 1) | (nr > R))

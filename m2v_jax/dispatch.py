@@ -37,20 +37,26 @@ from m2v_jax.state import CompactState, SnapshotState
 
 f32 = jnp.float32
 
-# Body rows (R - capacity) from which `prefill` takes the chunked path by default.
+# Body rows (R - capacity) from which `prefill` takes the chunked path by default, with
+# float32 products (3-pass or 1-pass TF32) and with bf16 products: measured at Bolt geometry,
+# B=1 (BENCHMARKS.md, "Prefill").
 MIN_CHUNKED_ROWS = 64
+MIN_CHUNKED_ROWS_BF16 = 24
 
 
-def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: bool | None):
-  """Whether a prefill of R rows runs its body through the chunked scan.
+def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: bool | None,
+                dtype=jnp.float32):
+  """Whether a prefill of R rows of activation dtype `dtype` runs its body through the
+  chunked scan.
 
   `chunked=None` chooses: on the kernel backends, when the body has at least
-  `MIN_CHUNKED_ROWS` rows and the geometry is supported (`chunk_scan.supported`; interpret
-  mode takes any). The reference backend always runs the serial recurrence, and a call of
-  R <= capacity rows has no body.
+  `MIN_CHUNKED_ROWS` rows (`MIN_CHUNKED_ROWS_BF16` with bf16 products) and the geometry is
+  supported (`chunk_scan.supported`; interpret mode takes any). The reference backend
+  always runs the serial recurrence, and a call of R <= capacity rows has no body.
   """
   if chunked is None:
-    chunked = (R - cfg.capacity >= MIN_CHUNKED_ROWS
+    bf16 = cfg.prefill_precision_for(dtype) == config_lib.BF16
+    chunked = (R - cfg.capacity >= (MIN_CHUNKED_ROWS_BF16 if bf16 else MIN_CHUNKED_ROWS)
                and (chunk_scan.supported(cfg) or backend == config_lib.INTERPRET))
   return bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
 
@@ -94,51 +100,69 @@ def chunk_plan(cfg, backend, state, xbc, z, tiles=None) -> chunk_scan.ChunkPlan:
   B, R, _ = xbc.shape
   return chunk_scan.ChunkPlan(
       cfg=cfg, Rb=R - cfg.capacity, E=state.ssm.shape[0], B=B, has_z=z is not None,
-      y_dtype=jnp.dtype(xbc.dtype), tiles=tiles or tiles_lib.chunk_tile_config(cfg),
+      y_dtype=jnp.dtype(xbc.dtype),
+      tiles=tiles or tiles_lib.chunk_tile_config(cfg, cfg.prefill_precision_for(xbc.dtype)),
       interpret=backend == config_lib.INTERPRET)
 
 
-def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt):
+def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt, rb):
   """Post-conv rows [B, Rp, C] (activation dtype) and processed dt [B, Rp, H] f32 of the
-  body (the first Rb rows of xbc [B, R, C] and dt [B, R, H]), zero-padded to whole chunks
-  (padded rows: x = B = C = 0, dt = 0: no decay, no input), and the conv state after the
-  body [B, C, K-1] f32. conv0 [B, C, K-1]: the conv state before it."""
+  body (rows 0..rb[b]-1 of xbc [B, R, C] and dt [B, R, H]), zero from each sequence's rb on
+  (padded rows: x = B = C = 0, dt = 0: no decay, no input), and the conv state after rb
+  rows [B, C, K-1] f32. conv0 [B, C, K-1]: the conv state before the body."""
   cfg, Rb, Rp = plan_.cfg, plan_.Rb, plan_.Rp
-  post = chunk_conv.body_conv(plan_, xbc, conv0, params.conv_weight, params.conv_bias)
+  K = cfg.d_conv
+  post = chunk_conv.body_conv(plan_, xbc, conv0, rb, params.conv_weight, params.conv_bias)
   dtp = rowmath.process_dt(dt[:, :Rb].astype(f32), params.dt_bias, cfg.dt_limit)
-  return (post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]),
-          reference.conv_state_after(cfg, conv0, xbc[:, :Rb]))
+  dtp = jnp.where((jnp.arange(Rb)[None, :] < rb[:, None])[..., None], dtp, 0.0)
+  # The last K-1 raw inputs before row rb: rows rb-K+1.. of [conv0 rows; xbc rows].
+  src = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [B, K-1]
+  body = jnp.take_along_axis(xbc, jnp.clip(src, 0, xbc.shape[1] - 1)[..., None], axis=1)
+  head = jnp.take_along_axis(jnp.swapaxes(conv0, 1, 2),
+                             jnp.clip(src + K - 1, 0, K - 2)[..., None], axis=1)
+  conv_end = jnp.where((src >= 0)[..., None], body.astype(f32), head.astype(f32))
+  return (post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]), jnp.swapaxes(conv_end, 1, 2))
 
 
 def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                 tiles=None):
+                 num_rows=None, tiles=None):
   """A prefill whose body runs through the chunked scan (see the module docstring).
 
-  Arguments as `m2v_jax.prefill` after checking (cache_indices a [B] int32 array); `tiles`
-  overrides the chunk-tile table. Returns (y [B, R, H*P], new state).
+  Arguments as `m2v_jax.prefill` after checking (cache_indices a [B] int32 array; num_rows
+  None or [B] int32: a ragged prefill); `tiles` overrides the chunk-tile table. Returns
+  (y [B, R, H*P], new state).
+
+  A sequence of n rows (R without num_rows) runs its first n - capacity rows (rb, its body)
+  through the chunked scan and its last min(n, capacity) rows through the serial kernels;
+  in compact mode the pre-pass folds the pending window of the sequences with a body (a
+  sequence of n <= capacity rows runs as a verify call of n rows).
   """
   B, R, _ = xbc.shape
   cap = cfg.capacity
   if R <= cap:
     raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")
   E = state.ssm.shape[0]
-  safe, valid, pad = status.entry_status(cfg, state, state_row, R, cache_indices)
+  ragged = num_rows is not None
+  n = num_rows if ragged else jnp.full((B,), R, jnp.int32)
+  safe, valid, pad = status.entry_status(cfg, state, state_row, R, cache_indices, n)
+  p = chunk_plan(cfg, backend, state, xbc, z, tiles)
+  Rb, Rp = p.Rb, p.Rp
+  rb = jnp.clip(n - cap, 0, Rb).astype(jnp.int32)                  # body rows of each
   if cfg.compact:
-    state = fold(cfg, backend, params, state, state_row, cache_indices)
+    fold_idx = jnp.where(n > cap, cache_indices, -1) if ragged else cache_indices
+    state = fold(cfg, backend, params, state, state_row, fold_idx)
     conv0 = state.conv[safe]
-    tail_row = jnp.where(valid, 0, -1).astype(jnp.int32)
+    tail_row = jnp.where(valid, jnp.where(n > cap, 0, state_row), -1).astype(jnp.int32)
   else:
     slot = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, slot]
     tail_row = state_row
-  p = chunk_plan(cfg, backend, state, xbc, z, tiles)
-  Rb, Rp = p.Rb, p.Rp
-  post, dtp, conv_end = body_inputs(p, params, conv0, xbc, dt)
+  post, dtp, conv_end = body_inputs(p, params, conv0, xbc, dt, rb)
   # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.
   zb = None if z is None else (z if Rp <= R else jnp.pad(z, [(0, 0), (0, Rp - R), (0, 0)]))
   fill = jnp.where(pad, 0.0, jnp.nan).astype(f32)            # y rows of a sequence not run
-  ssm, y = chunk_scan.chunk_scan(p, cache_indices, state_row, valid.astype(jnp.int32), fill,
-                                 post, dtp, zb, params.A_log, params.D, state.ssm)
+  ssm, y = chunk_scan.chunk_scan(p, cache_indices, state_row, valid.astype(jnp.int32), rb,
+                                 fill, post, dtp, zb, params.A_log, params.D, state.ssm)
   target = jnp.where(valid, cache_indices, E)              # invalid: dropped
   if cfg.compact:
     conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")
@@ -147,13 +171,24 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
     conv = state.conv.at[target, jnp.where(valid, state_row, 0)].set(
         conv_end.astype(state.conv.dtype), mode="drop")
     state = SnapshotState(ssm=ssm, conv=conv)
-  tail = slice(Rb, R)
-  y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail], tail_row,
-                              None if z is None else z[:, tail], cache_indices,
-                              jnp.full((B,), cap, jnp.int32))
-  # The tail's y goes over rows Rb..R-1 of the body's y buffer (in place: no concatenation).
-  y = lax.dynamic_update_slice(y, y_tail, (0, Rb, 0))
-  return (y if p.y_rows == R else y[:, :R]), state
+  if not ragged:
+    tail = slice(Rb, R)
+    y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail],
+                                tail_row, None if z is None else z[:, tail], cache_indices,
+                                jnp.full((B,), cap, jnp.int32))
+    # The tail's y goes over rows Rb..R-1 of the body's y buffer (in place).
+    y = lax.dynamic_update_slice(y, y_tail, (0, Rb, 0))
+    return (y if p.y_rows == R else y[:, :R]), state
+  # Ragged: each sequence's tail is its rows rb .. rb + min(n, cap) - 1, gathered.
+  rows = rb[:, None] + jnp.arange(cap)[None, :]                     # [B, cap], < R
+  take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
+  y_tail, state = kernel_call(cfg, backend, params, state, take(xbc), take(dt), tail_row,
+                              None if z is None else take(z), cache_indices,
+                              jnp.minimum(n, cap).astype(jnp.int32))
+  y = y.at[jnp.arange(B)[:, None], rows].set(y_tail)[:, :R]
+  # Rows past a sequence's n are 0 (a rejected sequence's stay NaN).
+  keep = (jnp.arange(R)[None, :] < n[:, None]) | ~(valid | pad)[:, None]
+  return jnp.where(keep[..., None], y, 0).astype(y.dtype), state
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "chunk_tiles"),
@@ -166,13 +201,14 @@ def call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, 
   `chunk_tiles` overrides its tile table. Returns (y, new state).
   """
   B, R, _ = xbc.shape
+  ragged_rows = num_rows
   cache_indices, num_rows = status.index_defaults(B, R, cache_indices, num_rows)
   if backend == config_lib.REFERENCE:
     fn = reference.compact_call if cfg.compact else reference.snapshot_call
     return fn(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
   if chunked:
     return chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                        tiles=chunk_tiles)
+                        ragged_rows, tiles=chunk_tiles)
   return kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
                      num_rows)
 

@@ -85,8 +85,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
 
 
 def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, state_row, *,
-            z=None, cache_indices=None, backend: str | None = None, chunked: bool | None = None,
-            chunk_tiles: tiles_lib.ChunkTiles | None = None):
+            z=None, cache_indices=None, num_rows=None, backend: str | None = None,
+            chunked: bool | None = None, chunk_tiles: tiles_lib.ChunkTiles | None = None):
   """Runs a chunk of any length R >= 1 and hands off to the next call like a verify call.
 
   Snapshot mode: slot s holds the state after row R - S + s (R > S), or after row s (R <= S).
@@ -96,33 +96,80 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   call picks its `state_row` among the last min(R, capacity) rows in both modes.
 
   Rows 0..R-capacity-1 run through the chunked SSD scan (Mamba-2 paper, §6) when `chunked`
-  (default: when R - capacity >= `dispatch.MIN_CHUNKED_ROWS` on the kernel backends); the
-  last capacity rows always run through the serial kernels, in both modes alike, so the
-  modes stay bitwise identical across a prefill. The chunked body is a different algorithm:
-  it matches the serial recurrence within float32 rounding (relative error below 1e-5).
+  (default: when R - capacity >= `dispatch.MIN_CHUNKED_ROWS`, or `MIN_CHUNKED_ROWS_BF16`
+  with bf16 products, on the kernel backends); the last capacity rows always run through
+  the serial kernels, in both modes alike, so the modes stay bitwise identical across a
+  prefill. The chunked body is a different algorithm, with its matmul products at
+  `cfg.prefill_precision` (by default chosen by the activation dtype): at "highest" it
+  matches the serial recurrence within float32 rounding (relative error below 1e-5); with
+  bf16 products the final state is within about 1e-3 (docs/design.md, "Prefill precision").
 
-  Args, returns and errors: as `verify` (no `num_rows`), plus `chunked` (ignored by the
-  reference backend, which always runs the serial recurrence) and `chunk_tiles` (a
+  Ragged prefill: `num_rows` [B] in [1, R] gives each sequence its own prompt length n (rows
+  n.. are padding: not read, y = 0 there). Every sequence hands off exactly as a prefill of
+  its own n rows would: snapshot slot s holds the state after row n - S + s (n > S) or row s
+  (n <= S; slots >= n untouched); compact mode keeps its last min(n, capacity) rows pending
+  (a sequence of n <= capacity rows runs as a verify call of n rows, with no pre-pass). With
+  R > capacity the kernel backends take the chunked path (the body rows of each sequence
+  run, the chunks wholly past them are skipped; then each sequence's last rows run
+  serially); the reference backend runs one call per distinct length and so needs host
+  `num_rows`.
+
+  Args, returns and errors: as `verify`, plus `chunked` (ignored by the reference backend,
+  which always runs the serial recurrence) and `chunk_tiles` (a
   `ChunkTiles` overriding the measured table, `chunk_tile_config`). The chunked scan needs a
   power-of-two divisor of headdim >= 16 and dstate >= 16 (Triton's smallest dot); other
   geometries run serially, and `chunked=True` for them raises ValueError on the pallas
   backend, as do `chunk_tiles` whose chunk is shorter than the conv state (K-1 rows) or,
-  compiled, whose chunk or local_block_p is below 16. Its float32 scratch grows with B x R
-  (about 0.71 GB per sequence at Bolt geometry and R = 4096): split large batches of long
-  prompts.
+  compiled, whose chunk or local_block_p is below 16. Its scratch grows with B x R (per
+  sequence at Bolt geometry and R = 4096: about 0.37 GB with bf16 activations, 0.71 GB with
+  float32; `kernels.chunk_scan.scratch_bytes`): split large batches of long prompts.
   """
   backend = config_lib.resolve_backend(backend)
-  state_row, cache_indices, _ = checks.call(
-      cfg, params, state, xbc, dt, state_row, z, cache_indices, None, verify=False)
+  state_row, cache_indices, num_rows = checks.call(
+      cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=False)
   checks.backend(cfg, backend)
   R = xbc.shape[1]
+  ragged = num_rows is not None and R > cfg.capacity
   if chunked and not dispatch.chunk_scan.supported(cfg) and backend == config_lib.PALLAS:
     raise ValueError(f"chunked: the chunked scan needs a power-of-two divisor of headdim "
                      f">= 16 and dstate >= 16, got {cfg.headdim} and {cfg.dstate}")
-  chunked = dispatch.use_chunked(cfg, backend, R, chunked)
+  if ragged and backend == config_lib.REFERENCE:
+    return _ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
+  if ragged:
+    if chunked is False or not (dispatch.chunk_scan.supported(cfg) or
+                                backend == config_lib.INTERPRET):
+      raise ValueError(f"num_rows: a prefill of R={R} > capacity={cfg.capacity} rows with "
+                       f"num_rows runs on the chunked path, which "
+                       + ("chunked=False turns off" if chunked is False else
+                          f"this geometry (headdim {cfg.headdim}, dstate {cfg.dstate}) "
+                          f"does not take"))
+    chunked = True
+  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype)
   return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
-                       cache_indices, None, cfg=cfg, backend=backend, chunked=chunked,
+                       cache_indices, num_rows, cfg=cfg, backend=backend, chunked=chunked,
                        chunk_tiles=chunk_tiles if chunked else None)
+
+
+def _ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
+  """A ragged prefill on the reference backend: one call per distinct length n, each over
+  the first n rows with the other sequences as padding (the definition of the op)."""
+  if not checks.is_host(num_rows):
+    raise ValueError("num_rows: a ragged prefill (R > capacity) on the reference backend "
+                     "needs host values (it runs one call per distinct length)")
+  B, R, _ = xbc.shape
+  ci, _ = status.index_defaults(B, R, cache_indices, None)
+  row = jnp.asarray(state_row, jnp.int32)
+  _, valid, _ = status.entry_status(cfg, state, row, R, ci, jnp.asarray(num_rows))
+  y = jnp.zeros((B, R, cfg.d_inner), xbc.dtype)
+  for n in np.unique(num_rows):
+    member = jnp.asarray(num_rows == n)
+    y_n, state = dispatch.call(params, state, xbc[:, :n], dt[:, :n], row,
+                               None if z is None else z[:, :n], jnp.where(member, ci, -1),
+                               None, cfg=cfg, backend=config_lib.REFERENCE, chunked=False)
+    y_n = jnp.pad(y_n, [(0, 0), (0, R - n), (0, 0)])
+    y = jnp.where(member[:, None, None], y_n, y)
+  # A rejected sequence's rows are NaN, all R of them (as `verify` gives them).
+  return jnp.where(valid[:, None, None] | (ci < 0)[:, None, None], y, jnp.nan), state
 
 
 def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row, *,

@@ -17,12 +17,16 @@ pytestmark = pytest.mark.lowering
 sds = jax.ShapeDtypeStruct
 
 
-def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_tiles=None):
+def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_tiles=None,
+          ragged=False):
+  """Lowers one call; a chunked prefill takes num_rows only when `ragged`."""
   args = kernel_ir.call_args(cfg, B, R, z, dtype, E)
+  if ragged:
+    args = args[:-1] + (jax.ShapeDtypeStruct((B,), jnp.int32),)
 
   def f(p, s, x, d, r, z_, ci, nr):
     return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked,
-                     chunk_tiles=chunk_tiles)
+                         chunk_tiles=chunk_tiles)
 
   return backend.lower_for_cuda(f, *args, donate_argnums=(1,))
 
@@ -61,6 +65,12 @@ def test_chunked_prefill_lowers(mode, R, z):
   cfg = m.BOLT.replace(replay_mode=mode)
   text = lower(cfg, 2, R, z, chunked=True)
   # body conv + chunked scan (3 kernels) + serial tail (prep, ssm) + compact fold (prep, ssm)
+  assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_ragged_prefill_lowers(mode):
+  text = lower(m.BOLT.replace(replay_mode=mode), 3, 300, chunked=True, ragged=True)
   assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
 
 

@@ -138,9 +138,6 @@ def test_host_checks_for_pools():
     m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[5, 2, 5])
   with pytest.raises(ValueError, match=r"num_rows\[2\]=5: expected 1 <= num_rows <= R=4"):
     m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[0, 1, 2], num_rows=[1, 4, 5])
-  x9, d9 = inputs(cfg, 3, 9)
-  with pytest.raises(ValueError, match="num_rows: only for calls of R <= capacity"):
-    checks.call(cfg, p, st, x9, d9, [0, 0, 0], None, [0, 1, 2], [9, 9, 9], verify=False)
 
 
 # (replay mode, window, state dtype) of the sharding tests: both modes, deferred commit and

@@ -97,7 +97,8 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=B, B=B, has_z=False, y_dtype=dtype, interpret=True,
                       tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32))
   assert plan.conv_rows == plan_rows
-  post, dtp, conv_end = dispatch.body_inputs(plan, p, conv0, xbc, dt)
+  post, dtp, conv_end = dispatch.body_inputs(plan, p, conv0, xbc, dt,
+                                             jnp.full((B,), Rb, jnp.int32))
   want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (B, plan.Rp, cfg.conv_dim) and dtp.shape == (B, plan.Rp, cfg.nheads)
   assert post.dtype == dtype                      # rounded to the activations: stored so
@@ -268,6 +269,75 @@ class PrefillChecks:
     if used != "highest":
       err = np.linalg.norm(np.asarray(got.ssm - want.ssm)) / np.linalg.norm(np.asarray(want.ssm))
       assert err > 1e-6, f"{used}: error {err:.1e}, as if the products were not rounded"
+
+
+  @pytest.mark.parametrize("mode,window", [("snapshot", None), ("compact", None),
+                                           ("compact", 16)])
+  def test_ragged_prefill(self, mode, window):
+    """A ragged prefill (per-sequence num_rows, R = 77 > capacity 8; a padding sequence,
+    lengths from 3 to 77, the gate on) against the reference (one call per length), then
+    against each sequence's own prefill of its n rows on this backend (bitwise in interpret
+    mode: the same kernels; compiled, XLA's batched C·Bᵀ between them has another batch
+    shape, so float32 rounding apart), then one verify call from mixed rows, which must
+    agree as well (the hand-off)."""
+    cfg = small_cfg(mode=mode, headdim=16).replace(window=window)
+    p = m.random_params(cfg, 9)
+    rng = np.random.default_rng(9)
+    B, R, E = 6, 77, 8
+    n = np.array([77, 9, 40, 3, 64, 8], np.int32)
+    idx = np.array([5, 0, -1, 2, 7, 3], np.int32)
+    state = random_state(cfg, E, rng=rng)
+    if cfg.compact:                       # rows pending: folded first, or replayed (n <= 8)
+      xw, dw = inputs(cfg, B, 8, rng=rng)
+      _, state = m.verify(cfg, p, state, xw, dw, [0] * B, cache_indices=idx, backend="reference")
+    rows = np.array([0, 3, 0, 5, 7, 2], np.int32)
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    ref = type(state)(*map(jnp.asarray, copy_state(state)))
+    sep = type(state)(*map(jnp.asarray, copy_state(state)))
+    y_ref, ref = m.prefill(cfg, p, ref, xbc, dt, rows, z=z, cache_indices=idx, num_rows=n,
+                           backend="reference")
+    y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, cache_indices=idx, num_rows=n,
+                       backend=self.backend)
+    assert_close(y, y_ref, 1e-5, "y")
+    assert_bitwise(y[2], jnp.zeros_like(y[2]), "padding sequence")
+    for b in range(B):
+      assert_bitwise(y[b, n[b]:], jnp.zeros_like(y[b, n[b]:]), f"rows past n of {b}")
+    for name, a, b_ in zip(type(got)._fields, got, ref):
+      (assert_close if a.dtype == jnp.float32 else assert_bitwise)(a, b_, *(
+          (1e-5, name) if a.dtype == jnp.float32 else (name,)))
+    same = assert_bitwise if self.backend == "interpret" else (
+        lambda a, b_, what: assert_close(a, b_, 1e-6, what))
+    for b in np.flatnonzero(idx >= 0):
+      k = int(n[b])
+      one = np.full(B, -1, np.int32)
+      one[b] = idx[b]
+      y1, sep = m.prefill(cfg, p, sep, xbc[:, :k], dt[:, :k], rows, z=z[:, :k],
+                          cache_indices=one, backend=self.backend, chunked=k > 8 or None)
+      same(y[b, :k], y1[b], f"y of sequence {b} (n={k})")
+    for name, a, b_ in zip(type(got)._fields, got, sep):
+      (same if a.dtype == jnp.float32 else assert_bitwise)(a, b_, name)
+    nxt = np.array([3, 0, 0, 1, 7, 2], np.int32)
+    xv, dv = inputs(cfg, B, 8, rng=rng)
+    y_ref, ref = m.verify(cfg, p, ref, xv, dv, nxt, cache_indices=idx, backend="reference")
+    y, got = m.verify(cfg, p, got, xv, dv, nxt, cache_indices=idx, backend=self.backend)
+    assert_close(y, y_ref, 1e-5, "y after the hand-off")
+    assert_close(got.ssm, ref.ssm, 1e-5, "ssm after the hand-off")
+
+  def test_ragged_prefill_errors_leave_the_state(self):
+    cfg = small_cfg(headdim=16)
+    p = m.random_params(cfg, 1)
+    state = m.init_state(cfg, 2, jnp.float32)
+    xbc, dt = inputs(cfg, 2, 40)
+    with pytest.raises(ValueError, match=r"num_rows\[1\]=0: expected 1 <= num_rows <= R=40"):
+      m.prefill(cfg, p, state, xbc, dt, [0, 0], num_rows=[40, 0], backend=self.backend)
+    with pytest.raises(ValueError, match="runs on the chunked path, which chunked=False"):
+      m.prefill(cfg, p, state, xbc, dt, [0, 0], num_rows=[40, 9], backend=self.backend,
+                chunked=False)
+    with pytest.raises(ValueError, match="on the reference backend needs host values"):
+      m.prefill(cfg, p, state, xbc, dt, [0, 0], num_rows=jnp.asarray([40, 9], jnp.int32),
+                backend="reference")
+    assert not any(leaf.is_deleted() for leaf in state)
+    assert_bitwise(state.ssm, jnp.zeros_like(state.ssm), "state kept")
 
 
 # Relative error bounds (final state, float32 y) of the chunked body at each product

@@ -1,10 +1,13 @@
-"""Runs one verify configuration over and over, for a profiler (`ncu`) to look at.
+"""Runs one verify configuration (or, with --prefill, one chunked prefill) over and over, for a
+profiler (`ncu`) to look at.
 
 Warms up (compiles) first, then runs `--calls` calls, each a separate dispatch, on one state
 pool; every call starts from its pool's committed rows. With ncu, skip the warm-up launches:
 
     ncu --clock-control none --kernel-name regex:m2v_ssm --launch-skip 4 --launch-count 1 \\
         --set full -o /tmp/ssm python tools/profile_call.py --mode=compact --batch=128
+    ncu --clock-control none --kernel-name regex:m2v_chunk --launch-skip 4 --launch-count 4 \
+        python tools/profile_call.py --prefill --batch=1 --rows=4096
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:prefetch:n_co
                     "the table's")
 
 
+flags.DEFINE_bool("prefill", False, "a chunked prefill of --rows rows instead of a verify call")
+flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles fields joined by ':' "
+                    "instead of the table's")
+flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],
+                  "with --prefill: the product precision (default: by the activation dtype)")
+
+
 def main(argv):
   del argv
   try:
@@ -53,6 +63,16 @@ def main(argv):
     tiles = dataclasses.replace(tiles, block_p=int(bp), num_warps=int(w),
                                 prefetch=None if pf == "all" else int(pf), n_cols=int(nc))
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
+  if FLAGS.prefill:
+    cfg = cfg.replace(prefill_precision=FLAGS.precision)
+    ct = m.ChunkTiles(*map(int, FLAGS.chunk_tiles.split(":"))) if FLAGS.chunk_tiles else None
+    step = jax.jit(lambda s: m.prefill(cfg, params, s, xbc, dt, jnp.zeros((B,), jnp.int32),
+                                       chunked=True, chunk_tiles=ct), donate_argnums=0)
+    for _ in range(FLAGS.calls + 1):
+      y, state = step(state)
+    jax.block_until_ready((y, state))
+    print(f"{FLAGS.calls + 1} chunked prefills of {cfg.replay_mode} B={B} R={R} done")
+    return
   step = jax.jit(lambda s, r: dispatch.kernel_call(cfg, backend, params, s, xbc,
                                                    dt, r, None, ci, nr, tiles),
                  donate_argnums=0)

@@ -10,7 +10,7 @@
 # Stages (M2V_STAGES; default: gpu_tests main batch loop prefill breakdown decode sanitizer):
 #   gpu_tests    pytest -m gpu: the compiled variant of every kernel test class and the GPU-only
 #                checks (Bolt geometry, rounding canary, in-place updates, 2-GPU sharding)
-#   main batch loop prefill breakdown sweep chunk_sweep
+#   main batch loop flush prefill ragged breakdown sweep chunk_sweep
 #                benchmarks/bench.py suites of those names (-> NAME.json)
 #   precision    tools/prefill_precision_error.py: the chunked prefill's error at each product
 #                precision against a float64 oracle (-> prefill_precision.json)
@@ -22,6 +22,7 @@
 #                (default small: 8 heads of Bolt's head shape, the same tiles)
 #   ncu          ncu --clock-control none, a short metric list, on the SSM kernel of
 #                tools/profile_call.py (compact and snapshot, B=32, R=8, mixed rows)
+#   ncu_chunk    the same metrics on the chunked prefill's kernels (B=1, R=4096)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
 # M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers.
 set -uo pipefail
@@ -57,7 +58,7 @@ for s in $STAGES; do
     gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 300 \
                  $PY -m pytest -q -m gpu tests -p no:cacheprovider -p no:benchmark -n "${M2V_TEST_WORKERS:-6}" \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
-    main|batch|loop|flush|prefill|breakdown|sweep|chunk_sweep)
+    main|batch|loop|flush|prefill|ragged|breakdown|sweep|chunk_sweep)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
     precision) stage precision 200 $PY tools/prefill_precision_error.py \
                  --out="$OUT/prefill_precision.json" ;;
@@ -84,6 +85,10 @@ for s in $STAGES; do
           --launch-skip 1 --launch-count 1 --metrics "$NCU_METRICS" \
           $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
+    ncu_chunk)  # the chunked prefill's four kernels (conv, chunk states, state passing, output)
+      stage ncu_chunk 150 ncu --clock-control none --kernel-name regex:m2v_chunk \
+        --launch-skip 4 --launch-count 4 --metrics "$NCU_METRICS" \
+        $PY tools/profile_call.py --prefill --batch=1 --rows=4096 --calls=1 ${M2V_PROFILE_ARGS:-} ;;
     *) echo "unknown stage $s"; status=1 ;;
   esac
 done

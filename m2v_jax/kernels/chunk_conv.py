@@ -20,16 +20,17 @@ from m2v_jax.kernels.chunk_scan import ChunkPlan
 f32 = jnp.float32
 
 
-def _conv_kernel(*, xbc_ref, head_ref, w_ref, bias_ref, post_ref, plan: ChunkPlan):
+def _conv_kernel(*, xbc_ref, head_ref, rb_ref, w_ref, bias_ref, post_ref, plan: ChunkPlan):
   """Body conv, grid (Rp / conv_rows, C / conv_cols, B).
 
   Refs:
     xbc_ref   [B, R, C]        raw rows of the call (the body is rows 0..Rb-1)
     head_ref  [B, K-1, C]      the conv state before the body, oldest row first
+    rb_ref    [B] int32        body rows of each sequence (<= Rb: fewer in a ragged prefill)
     w_ref     [C, K] f32, bias_ref [C] f32
     post_ref  [B, Rp, C]       output, in the activation dtype (the conv output is rounded
                                to it, so nothing is lost): silu(sum_k w_k x[r - (K-1) + k]
-                               + bias), zero from row Rb on (the padding)
+                               + bias), zero from the sequence's row rb on (the padding)
   Each tap's rows are a gather with row indices clamped into range (in bounds compiled and in
   interpret mode alike), then a select between body and state.
   """
@@ -51,7 +52,7 @@ def _conv_kernel(*, xbc_ref, head_ref, w_ref, bias_ref, post_ref, plan: ChunkPla
         v = jnp.where((src >= 0)[:, None], v, hv)
       window.append(v)
     out = rowmath.conv_output(taps, window, bias, plan.y_dtype, not plan.interpret)
-    post_ref[b, pl.ds(i * BR, BR), cols] = jnp.where((r < Rb)[:, None], out,
+    post_ref[b, pl.ds(i * BR, BR), cols] = jnp.where((r < rb_ref[b])[:, None], out,
                                                      0.0).astype(post_ref.dtype)
 
   # Only the first block reaches before the body (conv_rows >= K-1 by the plan).
@@ -59,15 +60,17 @@ def _conv_kernel(*, xbc_ref, head_ref, w_ref, bias_ref, post_ref, plan: ChunkPla
   pl.when(i > 0)(lambda: conv(False))
 
 
-def body_conv(plan: ChunkPlan, xbc, conv0, conv_weight, conv_bias):
-  """Post-conv body rows [B, Rp, C] in the activation dtype (zero-padded) of xbc [B, R, C],
-  from the conv state conv0 [B, C, K-1] (any float dtype)."""
+def body_conv(plan: ChunkPlan, xbc, conv0, rb, conv_weight, conv_bias):
+  """Post-conv body rows [B, Rp, C] in the activation dtype of xbc [B, R, C], from the conv
+  state conv0 [B, C, K-1] (any float dtype), zero from each sequence's body rows rb [B]
+  int32 on."""
   cfg = plan.cfg
   C = cfg.conv_dim
   head = jnp.swapaxes(conv0, 1, 2)                               # [B, K-1, C]
   out = backend.pallas_call(
       lambda **refs: _conv_kernel(**refs, plan=plan),
-      inputs=dict(xbc_ref=xbc, head_ref=head, w_ref=conv_weight, bias_ref=conv_bias),
+      inputs=dict(xbc_ref=xbc, head_ref=head, rb_ref=rb, w_ref=conv_weight,
+                  bias_ref=conv_bias),
       outputs=dict(post_ref=jax.ShapeDtypeStruct((plan.B, plan.Rp, C), plan.y_dtype)),
       grid=(plan.Rp // plan.conv_rows, C // plan.conv_cols, plan.B),
       num_warps=plan.tiles.conv_warps, num_stages=1, interpret=plan.interpret,

@@ -39,10 +39,11 @@ The body:
 Then the serial kernels run the last `cap` rows from there.
 
 Scratch per sequence (Rp body rows padded to the chunk length L): post-conv rows Rp·C in the
-activation dtype, C·Bᵀ (Rp/L)·G·L² float32, and the chunk states (Rp/L)·H·P·N float32 (the
-state-passing kernel writes each chunk's starting state over its own state); at Bolt
-geometry, bf16 activations and R = 4096, about 84 + 8 + 268 MB = 0.36 GB (`scratch_bytes`),
-linear in B: callers prefilling many long prompts at once should split the batch.
+activation dtype, C·Bᵀ (Rp/L)·G·L² float32, and the chunk states and chunk starting states
+2·(Rp/L)·H·P·N float32; at Bolt geometry, R = 4096 and bf16 activations (128-row chunks)
+about 84 + 17 + 2·134 MB = 0.37 GB, with float32 activations (64-row chunks) 168 + 8 +
+2·268 MB = 0.71 GB (`scratch_bytes`); linear in B: callers prefilling many long prompts at
+once should split the batch.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def scratch_bytes(plan: ChunkPlan) -> int:
   H = cfg.nheads
   return B * (plan.Rp * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
               + 4 * (plan.Rp * H + nc * cfg.ngroups * plan.chunk ** 2
-                     + nc * H * cfg.headdim * cfg.dstate + nc * H))
+                     + 2 * nc * H * cfg.headdim * cfg.dstate + nc * H))
 
 
 def _log_decay(dtv, a_h, L):
@@ -220,12 +221,14 @@ def _for_heads(nh: int, head):
     lax.fori_loop(0, nh, head, 0)
 
 
-def _chunk_states_kernel(*, go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, plan: ChunkPlan):
+def _chunk_states_kernel(*, go_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref,
+                         plan: ChunkPlan):
   """Chunk states, grid (H / state_heads x P / local_block_p, chunks, B), every chunk at
   once: the chunk's own state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
   [B, chunks, H, P, N] f32, and its decay exp(acum_L) into `dec` [B, chunks, H] f32 (the
   programs of a head's P tiles write the same value). A program loops over `state_heads`
-  heads of one group; the group's B rows are loaded once."""
+  heads of one group; the group's B rows are loaded once. Chunks wholly past the sequence's
+  body (`rb` [B] rows) are skipped."""
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
@@ -234,7 +237,7 @@ def _chunk_states_kernel(*, go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, p
   g = h0 // cfg.heads_per_group
   rows = pl.ds(c * L, L)
 
-  @pl.when(go_ref[b] > 0)
+  @pl.when((go_ref[b] > 0) & (c * L < rb_ref[b]))
   def _run():
     bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N] activation dtype
 
@@ -253,14 +256,15 @@ def _chunk_states_kernel(*, go_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref, p
     _for_heads(NH, head)
 
 
-def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ssm_out_ref,
-                       st_ref, plan: ChunkPlan):
+def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm_ref,
+                       ssm_out_ref, st_ref, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, B), chunks in order, elementwise (no matmul on
   the serial path): from the starting state, st = dec · st + s per chunk; each chunk's
-  starting state into `st` [B, chunks, H, P, N] f32 (the buffer of `s`, aliased: a chunk's
-  own state is read before its starting state is written over it), the final state over
-  the starting slot (snapshot) or base (compact). A sequence that does not run writes
-  nothing."""
+  starting state into `st` [B, chunks, H, P, N] f32, the final state over the starting
+  slot (snapshot) or base (compact), over the chunks of the sequence's body (`rb` [B]
+  rows). A sequence that does not run writes nothing. (`st` is
+  its own buffer: written over `s` in place, the loop's loads of the next chunk could no
+  longer be issued ahead of this chunk's store, and the kernel ran 4.7x slower.)"""
   cfg = plan.cfg
   BP = plan.block_p
   compact = cfg.compact
@@ -277,7 +281,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ss
       st_ref[b, c, h, ps, :] = st
       return dec_ref[b, c, h] * st + own
 
-    st = lax.fori_loop(0, plan.n_chunks, chunk, st)
+    st = lax.fori_loop(0, (rb_ref[b] + plan.chunk - 1) // plan.chunk, chunk, st)
     st = st.astype(ssm_out_ref.dtype)            # rounded when the state is stored in 16 bits
     if compact:
       ssm_out_ref[e, h, ps, :] = st
@@ -285,14 +289,15 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, dec_ref, s_ref, ssm_ref, ss
       ssm_out_ref[e, slot_ref[b], h, ps, :] = st
 
 
-def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref,
-                      d_ref, y_ref, plan: ChunkPlan):
+def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None,
+                      alog_ref, d_ref, y_ref, plan: ChunkPlan):
   """Output, grid (H / out_heads x P / local_block_p, chunks, B), every chunk at once:
   (C Bᵀ ∘ decay ∘ dt) x + D x + exp(acum) C stᵀ (st: the chunk's starting state), gated,
   into y [B, y_rows, H*P] (rows of the padded body; the serial tail's rows are left). A
   sequence that does not run gets its `fill` [B] value (NaN: rejected, zero: padding, as
-  `reference.finish_y` gives). C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L]
-  f32); a program loops over `out_heads` heads of one group."""
+  `reference.finish_y` gives); chunks wholly past the sequence's body (`rb` [B] rows) get
+  zeros. C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L] f32); a program loops over
+  `out_heads` heads of one group."""
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
@@ -303,7 +308,9 @@ def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_re
   dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
                                         interpret=plan.interpret, **kw)
 
-  @pl.when(go_ref[b] > 0)
+  live = c * L < rb_ref[b]
+
+  @pl.when((go_ref[b] > 0) & live)
   def _run():
     cb = cb_ref[b, c, g, :, :]                                   # [L, L]
     cm = xr_ref[b, rows, pl.ds(HP + G * N + g * N, N)]           # [L, N] activation dtype
@@ -329,9 +336,10 @@ def _chunk_out_kernel(*, go_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_re
 
     _for_heads(NH, head)
 
-  @pl.when(go_ref[b] == 0)
+  @pl.when((go_ref[b] == 0) | jnp.logical_not(live))
   def _fill():
-    tile = jnp.broadcast_to(fill_ref[b], (L, BP)).astype(y_ref.dtype)
+    value = jnp.where(go_ref[b] > 0, 0.0, fill_ref[b])
+    tile = jnp.broadcast_to(value, (L, BP)).astype(y_ref.dtype)
     for j in range(NH):
       y_ref[b, rows, pl.ds((h0 + j) * P + pid_p * BP, BP)] = tile
 
@@ -348,7 +356,7 @@ def group_cb(cfg, xr, chunk: int, precision: str, interpret: bool):
                         interpret=interpret)
 
 
-def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log, D, ssm):
+def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, rb, fill, xr, dtr, z, A_log, D, ssm):
   """The chunked scan: the three kernels and `group_cb` between them.
 
   Args:
@@ -356,9 +364,13 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log
     cache_indices, slot: [B] int32 pool entry and starting slot (snapshot) of each sequence.
     go: [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` value and keeps
       its state.
+    rb: [B] int32 body rows of each sequence (<= plan.Rb; fewer in a ragged prefill): its
+      rows from rb on are padding (zero in xr and dtr); the chunks wholly past them are
+      skipped and their y rows are 0.
     fill: [B] float32 y value of a sequence that does not run (NaN: rejected, 0: padding).
-    xr: [B, Rp, C] post-conv body rows in the activation dtype, zero-padded to whole chunks.
-    dtr: [B, Rp, H] float32 processed dt (padding rows 0).
+    xr: [B, Rp, C] post-conv body rows in the activation dtype, zero from each sequence's rb
+      on (whole chunks).
+    dtr: [B, Rp, H] float32 processed dt (zero from rb on).
     z: optional [B, >= Rp, H*P] gate.
     A_log, D: [H] float32.
     ssm: the state pool's ssm leaf (snapshot [E, S, H, P, N], compact [E, H, P, N]; float32
@@ -378,24 +390,24 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, fill, xr, dtr, z, A_log
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   own = launch(
       _chunk_states_kernel,
-      inputs=dict(go_ref=go, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+      inputs=dict(go_ref=go, rb_ref=rb, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
       outputs=dict(s_ref=sds((plan.B, nc, H, P, N), f32), dec_ref=sds((plan.B, nc, H), f32)),
       grid=(H // plan.state_heads * tiles_p, nc, plan.B),
       num_warps=t.state_warps, num_stages=t.state_stages,
       name=f"m2v_chunk_states_{cfg.replay_mode}")
   passed = launch(
       _chunk_pass_kernel,
-      inputs=dict(idx_ref=cache_indices, slot_ref=slot, go_ref=go, dec_ref=own["dec_ref"],
-                  s_ref=own["s_ref"], ssm_ref=ssm),
+      inputs=dict(idx_ref=cache_indices, slot_ref=slot, go_ref=go, rb_ref=rb,
+                  dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
       outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                    st_ref=sds((plan.B, nc, H, P, N), f32)),
-      aliases=dict(ssm_ref="ssm_out_ref", s_ref="st_ref"),
+      aliases=dict(ssm_ref="ssm_out_ref"),
       grid=(P // plan.block_p, H, plan.B), num_warps=t.num_warps, num_stages=t.num_stages,
       name=f"m2v_chunk_pass_{cfg.replay_mode}")
   cb = group_cb(cfg, xr, plan.chunk, plan.precision, plan.interpret)
   out = launch(
       _chunk_out_kernel,
-      inputs=dict(go_ref=go, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
+      inputs=dict(go_ref=go, rb_ref=rb, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D),
       outputs=dict(y_ref=sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype)),

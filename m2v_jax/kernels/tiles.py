@@ -146,18 +146,24 @@ class ChunkTiles:
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
+_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128)
 
-# ChunkTiles by (nheads, headdim, dstate).
-_CHUNK_TILE_TABLE: dict[tuple[int, int, int], ChunkTiles] = {
-    # Bolt: the fastest of the chunk sweep at R=4096; 64-row chunks, since 128-row chunks
-    # spill registers in the chunk-parallel kernels.
-    (128, 64, 128): _BOLT_CHUNK_TILES,
+# ChunkTiles by (nheads, headdim, dstate, bf16 products).
+_CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
+    # Bolt, float32 products (3-pass or 1-pass TF32): the fastest of the chunk sweep at
+    # R=4096; 64-row chunks, since 128-row chunks spill registers at 3-pass TF32.
+    (128, 64, 128, False): _BOLT_CHUNK_TILES,
+    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states.
+    (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
-    (64, 64, 128): _BOLT_CHUNK_TILES,
+    (64, 64, 128, False): _BOLT_CHUNK_TILES,
+    (64, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
 }
 
 
-def chunk_tile_config(cfg: config_lib.Mamba2Config) -> ChunkTiles:
-  """The chunked-prefill tiles for `cfg`'s geometry: a measured table entry, else the
+def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest") -> ChunkTiles:
+  """The chunked-prefill tiles for `cfg`'s geometry and the product precision ("highest",
+  "tf32", "bf16": `Mamba2Config.prefill_precision_for`): a measured table entry, else the
   defaults. (The kernels shrink block_p to divide headdim.)"""
-  return _CHUNK_TILE_TABLE.get((cfg.nheads, cfg.headdim, cfg.dstate), ChunkTiles())
+  key = (cfg.nheads, cfg.headdim, cfg.dstate, precision == config_lib.BF16)
+  return _CHUNK_TILE_TABLE.get(key, ChunkTiles())
