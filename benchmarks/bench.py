@@ -660,11 +660,14 @@ def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
   return out
 
 
-def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
+def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
+                  kinds=("serial", "chunked", "highest", "reference", "dense", "compact")):
   """Prefill chunks (B=1, snapshot mode): serial kernel, chunked kernel at the default
   product precision and at "highest" (the precision a word of the name), jnp reference
   scan, dense jnp SSD; then compact chunked prefill with and without a pending window.
-  Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB."""
+  Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB. `kinds` picks
+  the cases (serial, chunked, highest, reference, dense, compact). Ratio: over the first
+  case."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
@@ -674,10 +677,13 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
     calls = 8 if R < 256 else 1
     mk = lambda cfg=snap, **kw: verify_case(cfg, 1, R, 0, 2, dtype, params=params,
                                             min_calls=calls, **kw)[0]
-    cases = [mk(), mk(chunked=True), mk(highest, chunked=True), mk(backend=config_lib.REFERENCE),
-             mk(dense=True)]
+    cases = {"serial": lambda: mk(), "chunked": lambda: mk(chunked=True),
+             "highest": lambda: mk(highest, chunked=True),
+             "reference": lambda: mk(backend=config_lib.REFERENCE),
+             "dense": lambda: mk(dense=True)}
     if snap.prefill_precision_for(dtype) == config_lib.HIGHEST:
-      del cases[2]                                           # the default is "highest"
+      del cases["highest"]                                   # the default is "highest"
+    cases = [make() for name, make in cases.items() if name in kinds]
     t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
     scratch = chunk_scratch_mb(snap, R, dtype)
     for c in cases:
@@ -685,6 +691,8 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096)):
                            if c is not cases[0] else None))
       if " chunked " in c.name:
         rows_out[-1]["scratch_mb"] = scratch
+  if "compact" not in kinds:
+    return rows_out
   R = max(lengths)
   mk = lambda row, **kw: verify_case(comp, 1, R, row, 2, dtype, params=params, min_calls=1,
                                      chunked=True, **kw)[0]
@@ -796,6 +804,8 @@ flags.DEFINE_list("vary_batches", ["32"], "batch sizes at which the loop suite a
 flags.DEFINE_list("windows", [], "deferred-commit windows of compact mode in the loop suite "
                   "(e.g. 16,32)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
+flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
+                                     "compact"], "cases of the prefill suite")
 flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
                   "prompt lengths of the ragged suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
@@ -847,7 +857,8 @@ def main(argv):
                                        vary_batches=[int(b) for b in FLAGS.vary_batches],
                                        state_dtypes=FLAGS.state_dtypes,
                                        windows=[int(w) for w in FLAGS.windows]),
-                prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths]),
+                prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths],
+                                          kinds=FLAGS.prefill_cases),
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 )[suite]

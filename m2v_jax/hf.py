@@ -291,7 +291,8 @@ def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
     cfg, params: from `load`.
     states: one pool per Mamba layer (`init_states`).
     tokens: [B, R] int token ids.
-    state_row, num_rows, cache_indices: as `m2v_jax.verify`.
+    state_row, num_rows, cache_indices: as `m2v_jax.verify` (with `prefill`, num_rows is
+      each prompt's length: a ragged prefill).
     prefill: `m2v_jax.prefill` (any R) instead of a verify call.
     chunked, backend: as the ops.
     dtype: activation dtype of the mixers.

@@ -152,7 +152,8 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
       of the conv and SSM).
     state_row: [B] int32: as `m2v_jax.verify` (`state_row_from_accepted` converts vLLM's
       `num_accepted_tokens`).
-    cache_indices, num_rows: as `m2v_jax.verify` (num_rows: verify calls only).
+    cache_indices, num_rows: as `m2v_jax.verify`; with `prefill`, num_rows gives each
+      sequence its own prompt length (a ragged prefill, `m2v_jax.prefill`).
     prefill: run `m2v_jax.prefill` (any R) instead of `m2v_jax.verify` (R <= capacity). A
       verify call of one row clamps dt with `cfg.decode_dt_limit` when that is set.
     chunked: `m2v_jax.prefill`'s path choice.
@@ -163,8 +164,7 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     are NaN; padding rows give out = 0.
 
   Raises:
-    ValueError / TypeError: as the ops, for parameter shapes that do not match `cfg`, and for
-      `num_rows` with `prefill`.
+    ValueError / TypeError: as the ops, and for parameter shapes that do not match `cfg`.
   """
   check_params(cfg, params)
   out, state = mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
@@ -181,12 +181,11 @@ def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_ro
   out_proj over its heads, summed across shards before the cast. Arguments as `mixer`
   (the parameter shapes are not checked here)."""
   dtype = hidden.dtype
-  if prefill and num_rows is not None:
-    raise ValueError("num_rows: verify calls only (a prefill runs all its rows)")
   z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj).astype(dtype))
   if prefill:
     y, state = ops.prefill(cfg.ssm, params.ssm, state, xbc, dt, state_row,
-                           cache_indices=cache_indices, chunked=chunked, backend=backend)
+                           cache_indices=cache_indices, num_rows=num_rows, chunked=chunked,
+                           backend=backend)
   else:
     ssm = cfg.ssm
     if hidden.shape[1] == 1 and cfg.decode_dt_limit is not None:

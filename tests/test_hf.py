@@ -261,9 +261,30 @@ def test_forward_and_mixer_reject_mismatched_arguments():
   with pytest.raises(ValueError, match=r"one pool per Mamba layer \(2\), got 1"):
     hf.forward(cfg, p, hf.init_states(cfg, 1)[:1], np.array([[3]]), [0])
   hidden = jnp.ones((1, 12, cfg.mixer.d_model), jnp.float32)
-  with pytest.raises(ValueError, match="num_rows: verify calls only"):
+  with pytest.raises(ValueError, match=r"num_rows\[0\]=13: expected 1 <= num_rows <= R=12"):
     layer_lib.mixer(cfg.mixer, p.layers[0].mixer, hf.init_states(cfg, 1)[0], hidden, [0],
-                    num_rows=[4], prefill=True)
+                    num_rows=[13], prefill=True)
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_ragged_prompts_through_the_model(backend):
+  """Two prompts of 40 and 25 tokens in one ragged prefill (`num_rows`), then a decode step
+  each: transformers' logits of the 40-token prompt, and of its first 25 tokens for the
+  shorter one (a causal model's prefix); padding rows give logits of nothing read."""
+  cfg, p = hf.load(FIXTURE, replay_mode="compact")
+  states = hf.init_states(cfg, 2, jnp.float32)
+  prompt = GOLDEN["prompt"]
+  tokens = np.stack([prompt, np.concatenate([prompt[:25], np.zeros(15, prompt.dtype)])])
+  logits, states = hf.forward(cfg, p, states, tokens, np.zeros(2, np.int32), prefill=True,
+                              num_rows=np.array([40, 25], np.int32), backend=backend)
+  assert rel(logits[0], GOLDEN["prompt_logits"]) < 1e-5
+  assert rel(logits[1, :25], GOLDEN["prompt_logits"][:25]) < 1e-5
+  tok = int(np.argmax(np.asarray(logits[0, -1])))
+  assert tok == GOLDEN["tokens"][0]
+  out, states = hf.forward(cfg, p, states, np.array([[tok], [tok]]),
+                           np.array([cfg.mixer.ssm.capacity - 1, 7], np.int32), backend=backend)
+  assert rel(out[0, 0], GOLDEN["step_logits"][1]) < 1e-5
+  assert np.all(np.isfinite(np.asarray(out[1, 0])))
 
 
 def test_sharded_checkpoint_reads_only_the_mamba_layers(tmp_path):

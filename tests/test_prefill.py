@@ -67,7 +67,8 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   ssm = jnp.zeros((E, cfg.capacity, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
   _, y = pk.chunk_scan(
       plan, jnp.arange(B, dtype=jnp.int32), jnp.zeros(B, jnp.int32),
-      jnp.asarray([1, 0], jnp.int32), jnp.asarray([0.0, 7.0], jnp.float32), xr, dtr, None,
+      jnp.asarray([1, 0], jnp.int32), jnp.full((B,), Rb, jnp.int32),
+      jnp.asarray([0.0, 7.0], jnp.float32), xr, dtr, None,
       p.A_log, p.D, ssm)
   y = np.asarray(y)
   assert y.shape == (B, plan.y_rows, cfg.d_inner)
