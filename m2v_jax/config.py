@@ -80,9 +80,10 @@ class Mamba2Config:
       serial kernels multiply in float32 FMAs): "highest" (3-pass TF32 on the tensor cores,
       about float32 accuracy), "tf32" (one TF32 pass: operands rounded to 10 mantissa bits),
       "bf16" (operands rounded to bfloat16, 7 bits). Accumulation is float32 in all three.
-      None (default) picks by the activation dtype the products no coarser than the
-      activations themselves: "bf16" for bfloat16, "tf32" for float16 (the same 10 bits),
-      "highest" for float32 (`prefill_precision_for`). docs/design.md, "Prefill precision",
+      None (default) picks by the activation dtype the products whose operands keep as many
+      bits as the activations: "bf16" for bfloat16, "tf32" for float16 (the same 10 bits),
+      "highest" for float32 (`prefill_precision_for`); operands the kernels compute in
+      float32 (decay-weighted x, the starting state) do round to them. docs/design.md, "Prefill precision",
       has the measured error of each.
 
   Raises:
@@ -175,7 +176,7 @@ MAX_WINDOW = 32
 MAX_DEFERRED_CAPACITY = 16
 
 # Chunked-prefill product precisions (`Mamba2Config.prefill_precision`) and the default of
-# each activation dtype: the coarsest products that round no more than the activations do.
+# each activation dtype: products whose operands keep as many bits as the activations.
 HIGHEST, TF32, BF16 = "highest", "tf32", "bf16"
 PREFILL_PRECISIONS = (HIGHEST, TF32, BF16)
 _DEFAULT_PRECISION = {"bfloat16": BF16, "float16": TF32, "float32": HIGHEST}

@@ -11,7 +11,8 @@ is updated in place when called eagerly). It runs one of three paths:
   its scan in `kernels.chunk_scan`; the tail runs through `kernel_call`, which leaves its rows
   as the snapshots (snapshot) or the pending window (compact). Both modes start the body
   from bitwise the same state and run the tail through the same kernels, so they stay
-  bitwise identical across a prefill.
+  bitwise identical across a prefill. With `num_rows` (a ragged prefill) each sequence of n
+  rows has its own body of n - capacity rows and its own tail, gathered.
 
 `committed` is the jitted entry of `committed_state`. Benchmarks, tools and tests use the
 functions here (all documented) to run a path or a tile variant directly.
@@ -149,14 +150,16 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   Rb, Rp = p.Rb, p.Rp
   rb = jnp.clip(n - cap, 0, Rb).astype(jnp.int32)                  # body rows of each
   if cfg.compact:
-    fold_idx = jnp.where(n > cap, cache_indices, -1) if ragged else cache_indices
+    # Ragged: only the valid sequences with a body are folded first (one rejected for its
+    # num_rows must keep its window).
+    fold_idx = jnp.where(valid & (n > cap), cache_indices, -1) if ragged else cache_indices
     state = fold(cfg, backend, params, state, state_row, fold_idx)
     conv0 = state.conv[safe]
     tail_row = jnp.where(valid, jnp.where(n > cap, 0, state_row), -1).astype(jnp.int32)
   else:
     slot = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, slot]
-    tail_row = state_row
+    tail_row = jnp.where(valid | pad, state_row, -1).astype(jnp.int32)   # -1: rejected
   post, dtp, conv_end = body_inputs(p, params, conv0, xbc, dt, rb)
   # The kernels read z's first Rp rows: the call's own z unless the padding reaches past it.
   zb = None if z is None else (z if Rp <= R else jnp.pad(z, [(0, 0), (0, Rp - R), (0, 0)]))
@@ -184,11 +187,13 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
   y_tail, state = kernel_call(cfg, backend, params, state, take(xbc), take(dt), tail_row,
                               None if z is None else take(z), cache_indices,
-                              jnp.minimum(n, cap).astype(jnp.int32))
+                              jnp.clip(n, 1, cap).astype(jnp.int32))
   y = y.at[jnp.arange(B)[:, None], rows].set(y_tail)[:, :R]
-  # Rows past a sequence's n are 0 (a rejected sequence's stay NaN).
-  keep = (jnp.arange(R)[None, :] < n[:, None]) | ~(valid | pad)[:, None]
-  return jnp.where(keep[..., None], y, 0).astype(y.dtype), state
+  # Every row set here: a rejected sequence's NaN, padding's 0 (the body kernels write only
+  # its first Rp rows), a valid sequence's rows past its n 0.
+  live = (jnp.arange(R)[None, :] < n[:, None]) & valid[:, None]
+  y = jnp.where(live[..., None], y, jnp.where((valid | pad)[:, None, None], 0.0, jnp.nan))
+  return y.astype(xbc.dtype), state
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "chunk_tiles"),

@@ -112,7 +112,9 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   R > capacity the kernel backends take the chunked path (the body rows of each sequence
   run, the chunks wholly past them are skipped; then each sequence's last rows run
   serially); the reference backend runs one call per distinct length and so needs host
-  `num_rows`.
+  `num_rows`. The hand-off is that of a prefill of n rows; the numbers are the chunked
+  path's (at `prefill_precision`) even for a short body that a prefill of n rows alone
+  would run serially.
 
   Args, returns and errors: as `verify`, plus `chunked` (ignored by the reference backend,
   which always runs the serial recurrence) and `chunk_tiles` (a
@@ -120,7 +122,10 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   power-of-two divisor of headdim >= 16 and dstate >= 16 (Triton's smallest dot); other
   geometries run serially, and `chunked=True` for them raises ValueError on the pallas
   backend, as do `chunk_tiles` whose chunk is shorter than the conv state (K-1 rows) or,
-  compiled, whose chunk or local_block_p is below 16. Its scratch grows with B x R (per
+  compiled, whose chunk or local_block_p is below 16; a ragged prefill with R > capacity
+  raises ValueError with `chunked=False`, and on the pallas backend for a geometry the
+  chunked scan does not take, and on the reference backend for device `num_rows`. Its
+  scratch grows with B x R (per
   sequence at Bolt geometry and R = 4096: about 0.37 GB with bf16 activations, 0.71 GB with
   float32; `kernels.chunk_scan.scratch_bytes`): split large batches of long prompts.
   """

@@ -250,8 +250,13 @@ def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_a
     **mixer_kwargs: passed to `mixer` (`prefill`, `chunked`, `backend`).
 
   Raises:
-    ValueError: the head-axis size does not divide nheads, ngroups and the norm's groups.
+    ValueError: the head-axis size does not divide nheads, ngroups and the norm's groups;
+      `cache_indices` or `num_rows` among mixer_kwargs.
   """
+  for key in ("cache_indices", "num_rows", "state_row"):
+    if key in mixer_kwargs:
+      raise ValueError(f"{key}: per-sequence arrays are not taken by sharded_mixer (they "
+                       f"would not be split with the sequences)")
   n = mesh.shape[head_axis]
   lcfg = _local_mixer_config(cfg, n)
   h, b = head_axis, batch_axis

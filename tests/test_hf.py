@@ -270,7 +270,8 @@ def test_forward_and_mixer_reject_mismatched_arguments():
 def test_ragged_prompts_through_the_model(backend):
   """Two prompts of 40 and 25 tokens in one ragged prefill (`num_rows`), then a decode step
   each: transformers' logits of the 40-token prompt, and of its first 25 tokens for the
-  shorter one (a causal model's prefix); padding rows give logits of nothing read."""
+  shorter one (a causal model's prefix); the shorter one's decode step as after a prefill of
+  its 25 tokens alone."""
   cfg, p = hf.load(FIXTURE, replay_mode="compact")
   states = hf.init_states(cfg, 2, jnp.float32)
   prompt = GOLDEN["prompt"]
@@ -284,7 +285,12 @@ def test_ragged_prompts_through_the_model(backend):
   out, states = hf.forward(cfg, p, states, np.array([[tok], [tok]]),
                            np.array([cfg.mixer.ssm.capacity - 1, 7], np.int32), backend=backend)
   assert rel(out[0, 0], GOLDEN["step_logits"][1]) < 1e-5
-  assert np.all(np.isfinite(np.asarray(out[1, 0])))
+  alone = hf.init_states(cfg, 1, jnp.float32)
+  _, alone = hf.forward(cfg, p, alone, tokens[1:, :25], np.zeros(1, np.int32), prefill=True,
+                        backend=backend)
+  want, _ = hf.forward(cfg, p, alone, np.array([[tok]]), np.array([7], np.int32),
+                       backend=backend)
+  assert rel(out[1, 0], want[0, 0]) < 1e-5
 
 
 def test_sharded_checkpoint_reads_only_the_mamba_layers(tmp_path):

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,7 +19,6 @@ def check_chunked_pool(backend, cfg, R, tol=1e-5):
   padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
   a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
   the reference. The gate is on."""
-  import jax
   p = m.random_params(cfg, 31)
   rng = np.random.default_rng(31)
   E, B = 6, 4
@@ -323,6 +323,37 @@ class PrefillChecks:
     y, got = m.verify(cfg, p, got, xv, dv, nxt, cache_indices=idx, backend=self.backend)
     assert_close(y, y_ref, 1e-5, "y after the hand-off")
     assert_close(got.ssm, ref.ssm, 1e-5, "ssm after the hand-off")
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_ragged_prefill_rejects_on_the_device(self, mode):
+    """Inside jit (device-side checks only), R = 72 (the padded body, 64 rows, ends before
+    R): a sequence with num_rows > R and one with a bad state_row are rejected (every y row
+    NaN, entry, window and pending count untouched, no pre-pass fold), padding gives zeros,
+    and the valid sequence matches the reference."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    p = m.random_params(cfg, 12)
+    rng = np.random.default_rng(12)
+    B, R, E = 4, 72, 5
+    state = random_state(cfg, E, rng=rng)
+    idx = np.array([0, 1, 2, -1], np.int32)
+    if cfg.compact:
+      xw, dw = inputs(cfg, B, 8, rng=rng)
+      _, state = m.verify(cfg, p, state, xw, dw, [0] * B, cache_indices=idx, backend="reference")
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    before = copy_state(state)
+    ref = type(state)(*map(jnp.asarray, copy_state(state)))
+    y_ref, _ = m.prefill(cfg, p, ref, xbc, dt, [3, 0, 0, 0], z=z, num_rows=[60, 72, 72, 72],
+                         cache_indices=[0, -1, -1, -1], backend="reference")
+    run = jax.jit(lambda s, r, n: m.prefill(cfg, p, s, xbc, dt, r, z=z, cache_indices=idx,
+                                            num_rows=n, backend=self.backend))
+    y, got = run(state, jnp.asarray([3, 0, 8, 0], jnp.int32), jnp.asarray([60, 73, 72, 72],
+                                                                        jnp.int32))
+    y = np.asarray(y, np.float32)
+    assert_close(y[0], y_ref[0], 1e-5, "valid sequence")
+    assert np.all(np.isnan(y[1])) and np.all(np.isnan(y[2])), "rejected: every row NaN"
+    assert not np.any(y[3]), "padding: zeros"
+    for name, a, b in zip(type(got)._fields, got, before):
+      assert_bitwise(np.asarray(a)[1:3], b[1:3], f"{name} of the rejected entries")
 
   def test_ragged_prefill_errors_leave_the_state(self):
     cfg = small_cfg(headdim=16)

@@ -6,8 +6,8 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
 
     ncu --clock-control none --kernel-name regex:m2v_ssm --launch-skip 4 --launch-count 1 \\
         --set full -o /tmp/ssm python tools/profile_call.py --mode=compact --batch=128
-    ncu --clock-control none --kernel-name regex:m2v_chunk --launch-skip 4 --launch-count 4 \
-        python tools/profile_call.py --prefill --batch=1 --rows=4096
+    ncu --clock-control none --kernel-name regex:m2v_chunk --launch-skip 4 --launch-count 4 \\
+        python tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096
 """
 
 from __future__ import annotations

@@ -88,7 +88,8 @@ for s in $STAGES; do
     ncu_chunk)  # the chunked prefill's four kernels (conv, chunk states, state passing, output)
       stage ncu_chunk 150 ncu --clock-control none --kernel-name regex:m2v_chunk \
         --launch-skip 4 --launch-count 4 --metrics "$NCU_METRICS" \
-        $PY tools/profile_call.py --prefill --batch=1 --rows=4096 --calls=1 ${M2V_PROFILE_ARGS:-} ;;
+        $PY tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=1 \
+        ${M2V_PROFILE_ARGS:-} ;;
     *) echo "unknown stage $s"; status=1 ;;
   esac
 done

@@ -132,11 +132,13 @@ _ALGORITHMS = {"highest": lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
 
 
 def round_tf32(x):
-  """float32 x rounded to TF32 (10 explicit mantissa bits, nearest, ties to even): what one
-  TF32 pass multiplies, emulated where there are no TF32 tensor cores (interpret mode)."""
-  u = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+  """float32 x with its mantissa rounded to TF32's 10 bits (nearest, ties to even), NaN kept:
+  interpret mode's stand-in for a TF32 pass's operands (the tensor cores may truncate the low
+  bits instead; either way 10 bits remain). For tests of the "tf32" precision's error."""
+  x = x.astype(jnp.float32)
+  u = lax.bitcast_convert_type(x, jnp.uint32)
   u = (u + jnp.uint32(0xFFF) + ((u >> 13) & jnp.uint32(1))) & jnp.uint32(0xFFFFE000)
-  return lax.bitcast_convert_type(u, jnp.float32)
+  return jnp.where(jnp.isnan(x), x, lax.bitcast_convert_type(u, jnp.float32))
 
 
 def _operands(a, b, precision: str, interpret: bool):

@@ -5,7 +5,9 @@ A prefill call of R > capacity rows is split the same way in both modes: rows 0.
 verify kernels (snapshot: their S snapshots; compact: they become the pending window). The
 split is the same in both modes and the body starts from bitwise the same state (snapshot:
 slot `state_row`; compact: the base after the pre-pass fold), so the modes stay bitwise
-identical across a prefill.
+identical across a prefill. In a ragged prefill (`dispatch.chunked_call` with `num_rows`)
+each sequence has its own body, `rb` [B] rows: its rows from rb on are zero (no decay, no
+input) and the chunks wholly past them are skipped.
 
 The body:
 1. conv (`_conv_kernel`, a Pallas kernel, `rowmath.conv_output`) and dt processing (XLA,
@@ -62,6 +64,9 @@ from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
 
+# The longest chunk a body of at most this many rows gets (`ChunkPlan.chunk`).
+SHORT_BODY_CHUNK = 64
+
 # Chunk-parallel programs (chunk-states and output kernels) below which a program takes
 # fewer heads: about four per SM of an H200 (132 SMs), so that short bodies keep the SMs busy.
 MIN_LOCAL_PROGRAMS = 512
@@ -111,7 +116,9 @@ class ChunkPlan:
 
   @property
   def chunk(self) -> int:
-    return self.tiles.chunk
+    """Rows per chunk: the tiles' chunk, but at most 64 for a body of up to 64 rows (a
+    128-row chunk would pad it to 128; 64 is what short bodies were measured with)."""
+    return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, 1 << max(self.Rb - 1, 0).bit_length()))
 
   @property
   def n_chunks(self) -> int:

@@ -153,7 +153,10 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products (3-pass or 1-pass TF32): the fastest of the chunk sweep at
     # R=4096; 64-row chunks, since 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states.
+    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states (0.70x
+    # the time of 64-row chunks in a sweep whose state-passing kernel was 4.7x slower than
+    # now, most of the gain from that kernel; not re-measured since). Bodies of up to 64 rows
+    # keep 64-row chunks (`ChunkPlan.chunk`).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
@@ -163,7 +166,8 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
 
 def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest") -> ChunkTiles:
   """The chunked-prefill tiles for `cfg`'s geometry and the product precision ("highest",
-  "tf32", "bf16": `Mamba2Config.prefill_precision_for`): a measured table entry, else the
-  defaults. (The kernels shrink block_p to divide headdim.)"""
+  "tf32", "bf16": `Mamba2Config.prefill_precision_for` of the activation dtype; the default
+  is float32's): a measured table entry, else the defaults. (The kernels shrink block_p to
+  divide headdim, and short bodies shorten the chunk: `chunk_scan.ChunkPlan.chunk`.)"""
   key = (cfg.nheads, cfg.headdim, cfg.dstate, precision == config_lib.BF16)
   return _CHUNK_TILE_TABLE.get(key, ChunkTiles())
