@@ -117,17 +117,17 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   would run serially.
 
   Args, returns and errors: as `verify`, plus `chunked` (ignored by the reference backend,
-  which always runs the serial recurrence) and `chunk_tiles` (a
-  `ChunkTiles` overriding the measured table, `chunk_tile_config`). The chunked scan needs a
+  which always runs the serial recurrence) and `chunk_tiles` (a `ChunkTiles` overriding the
+  measured table, `chunk_tile_config`). The chunked scan needs a
   power-of-two divisor of headdim >= 16 and dstate >= 16 (Triton's smallest dot); other
   geometries run serially, and `chunked=True` for them raises ValueError on the pallas
   backend, as do `chunk_tiles` whose chunk is shorter than the conv state (K-1 rows) or,
   compiled, whose chunk or local_block_p is below 16; a ragged prefill with R > capacity
   raises ValueError with `chunked=False`, and on the pallas backend for a geometry the
   chunked scan does not take, and on the reference backend for device `num_rows`. Its
-  scratch grows with B x R (per
-  sequence at Bolt geometry and R = 4096: about 0.37 GB with bf16 activations, 0.71 GB with
-  float32; `kernels.chunk_scan.scratch_bytes`): split large batches of long prompts.
+  scratch grows with B x R (per sequence at Bolt geometry and R = 4096: about 0.37 GB with
+  bf16 activations, 0.71 GB with float32; `kernels.chunk_scan.scratch_bytes`): split large
+  batches of long prompts.
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, num_rows = checks.call(
