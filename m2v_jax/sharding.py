@@ -149,6 +149,16 @@ def _explicit(mesh, axes) -> bool:
   return kinds == {jax.sharding.AxisType.Explicit}
 
 
+def _shard_call(mesh, explicit: bool, local, args, in_specs, out_specs):
+  """`local(*args)` under `jax.shard_map` with these specs; with Explicit mesh axes the
+  arguments are resharded to `in_specs` first (a no-op when they already have them)."""
+  if explicit:
+    args = jax.tree.map(lambda a, spec: jax.reshard(a, NamedSharding(mesh, spec)), args,
+                        in_specs)
+  return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                       check_vma=False)(*args)
+
+
 def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_axis: str,
             batch_axis: str | None = None, **op_kwargs):
   """`op` (`m2v_jax.verify` or `m2v_jax.prefill`) as a function of global arrays, sharded.
@@ -190,14 +200,9 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
     x_spec = P(b, None, h)
     in_specs = (p_spec, s_spec, x_spec, x_spec, P(b)) + ((x_spec,) if z is not None else ())
     args = (params, state, xbc, dt, state_row) + ((z,) if z is not None else ())
-    if explicit:
-      args = jax.tree.map(lambda a, spec: jax.reshard(a, NamedSharding(mesh, spec)), args,
-                          in_specs)
     local = lambda p, s, x, d, r, *zz: op(lcfg, p, s, x, d, r, z=zz[0] if zz else None,
                                           **op_kwargs)
-    f = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=(x_spec, s_spec),
-                      check_vma=False)
-    return f(*args)
+    return _shard_call(mesh, explicit, local, args, in_specs, (x_spec, s_spec))
 
   return run
 
@@ -267,17 +272,12 @@ def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_a
     ssm_spec, s_spec = _specs(state, h, b)
     p_spec = _mixer_specs(ssm_spec, h)
     in_specs = (p_spec, s_spec, P(b, None, None), P(b))
-    args = (params, state, hidden, state_row)
-    if explicit:
-      args = jax.tree.map(lambda a, spec: jax.reshard(a, NamedSharding(mesh, spec)), args,
-                          in_specs)
 
     def local(p, s, x, r):
       out, s = layer_lib.mixer_partial(lcfg, p, s, x, r, **mixer_kwargs)
       return jax.lax.psum(out, h).astype(x.dtype), s
 
-    f = jax.shard_map(local, mesh=mesh, in_specs=in_specs,
-                      out_specs=(P(b, None, None), s_spec), check_vma=False)
-    return f(*args)
+    return _shard_call(mesh, explicit, local, (params, state, hidden, state_row), in_specs,
+                       (P(b, None, None), s_spec))
 
   return run

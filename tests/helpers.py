@@ -60,6 +60,16 @@ def assert_bitwise(a, b, what=""):
                           f"{np.unravel_index(diff[0], a.shape)}: {a.flat[diff[0]]} vs {b.flat[diff[0]]}")
 
 
+def assert_states_close(got, want, rtol, what=""):
+  """Two state pools (or any NamedTuples of arrays): float leaves within `rtol`
+  (`assert_close`), integer leaves (pending, starts) bitwise."""
+  for name, a, b in zip(type(got)._fields, got, want):
+    if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
+      assert_close(a, b, rtol, f"{what} {name}".strip())
+    else:
+      assert_bitwise(a, b, f"{what} {name}".strip())
+
+
 def assert_close(a, b, rtol, what=""):
   """Relative error ||a - b|| / ||b|| below rtol, and no NaN in either."""
   a = np.asarray(a, np.float64)

@@ -10,7 +10,8 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch, reference
 from m2v_jax.kernels import chunk_scan as pk
-from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state, small_cfg
+from tests.helpers import (assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
+                           random_state, small_cfg)
 from tests.test_compact import Pair
 
 
@@ -171,11 +172,7 @@ class PrefillChecks:
     y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
     y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True)
     assert_close(y, y_ref, 1e-5, "y")
-    for name, a, b in zip(type(got)._fields, got, want):
-      if name == "pending":
-        assert_bitwise(a, b, name)
-      else:
-        assert_close(a, b, 1e-5, name)
+    assert_states_close(got, want, 1e-5)
 
   @pytest.mark.parametrize("ngroups,tiles,heads", [
       (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2, state_stages=2,
@@ -303,9 +300,7 @@ class PrefillChecks:
     assert_bitwise(y[2], jnp.zeros_like(y[2]), "padding sequence")
     for b in range(B):
       assert_bitwise(y[b, n[b]:], jnp.zeros_like(y[b, n[b]:]), f"rows past n of {b}")
-    for name, a, b_ in zip(type(got)._fields, got, ref):
-      (assert_close if a.dtype == jnp.float32 else assert_bitwise)(a, b_, *(
-          (1e-5, name) if a.dtype == jnp.float32 else (name,)))
+    assert_states_close(got, ref, 1e-5)
     same = assert_bitwise if self.backend == "interpret" else (
         lambda a, b_, what: assert_close(a, b_, 1e-6, what))
     for b in np.flatnonzero(idx >= 0):
