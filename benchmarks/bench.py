@@ -88,9 +88,10 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
                state_dtype=jnp.float32, replayed=None, base_writes=None) -> int:
   """Compulsory bytes of one call in `cfg.replay_mode` (see the module docstring).
 
-  Snapshot: read the start state (ssm + conv), write min(n, S) snapshots. Compact: read and
-  write the base (ssm + conv) and read the `state_row + 1` replayed window rows, write the n
-  new window rows. Both: the n rows' inputs (xBC, dt, z) read once, their y written once,
+  Snapshot: read the start state (ssm + conv), write min(n, S) snapshots. Compact: read the
+  base (ssm + conv) and the `state_row + 1` folded ring rows (post-conv x and B, dt), write
+  the base ssm, the conv state and the n new rows (raw xBC, ring row). Both: the n rows'
+  inputs (xBC, dt, z) read once, their y written once,
   parameters read once. `state_row` and `num_rows` (n, default R) are one int for every
   sequence or one per sequence. An SSM state takes `state_dtype`'s bytes per element. With
   deferred commit, `replayed` (window rows folded, all sequences) and `base_writes`
@@ -111,9 +112,9 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
   io = int(np.sum(rows)) * row_io
   if not cfg.compact:
     return B * (ssm + conv) + kept * (ssm + conv) + io + params
-  win_row = C * ab + H * 4
-  return ((B + base_writes) * (ssm + conv) + 8 * B + kept * win_row + io + replayed * win_row
-          + params)
+  ring_row = (cfg.d_inner + cfg.ngroups * N) * ab + H * 4
+  return (B * (ssm + 2 * conv) + base_writes * ssm + 12 * B + kept * (C * ab + ring_row) + io
+          + replayed * ring_row + params)
 
 
 def window_traffic(cfg, rows, nrows, R, cycles=3):
@@ -532,22 +533,15 @@ def suite_flush(bw, banks, blocks, dtype, batches=(8, 32, 128), window=16):
   return rows_out
 
 
-# Fields block_p:num_warps:prefetch:n_cols of `kernels.tiles.TileConfig` (prefetch "all":
-# every row up front); the table's entry comes first in any sweep.
-DEFAULT_TILE_VARIANTS = ("16:4:1:32", "16:4:0:32", "32:4:0:32", "32:4:2:32", "32:8:1:32",
-                         "64:4:1:32", "32:4:1:64", "16:2:1:32")
-
-
-def _tile_config(text: str, base):
-  bp, w, pf, nc = text.split(":")
-  return dataclasses.replace(base, block_p=int(bp), num_warps=int(w),
-                             prefetch=None if pf == "all" else int(pf), n_cols=int(nc))
+# `kernels.tiles.TileConfig` variants, block_p:num_warps:n_cols[:num_stages]; the table's
+# entry comes first in any sweep.
+DEFAULT_TILE_VARIANTS = ("64:4:64", "32:4:128", "64:8:64", "32:2:64", "16:4:128", "64:4:128")
 
 
 def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
                 variants=DEFAULT_TILE_VARIANTS):
   """Tile sweep of the verify kernels at R=8, mixed acceptance (state_row b % 8): the table's
-  entry, then `variants` (block_p:num_warps:prefetch:n_cols). Ratio: time of the variant over
+  entry, then `variants` (block_p:num_warps:n_cols[:num_stages]). Ratio: time of the variant over
   time of the table's entry."""
   unknown = set(modes) - {config_lib.SNAPSHOT, config_lib.COMPACT}
   if unknown:
@@ -557,7 +551,8 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   default = tiles_lib.tile_config(snap)
-  tiles = [default] + [t for t in (_tile_config(v, default) for v in variants) if t != default]
+  tiles = [default] + [t for t in (default.replace_from_text(v) for v in variants)
+                       if t != default]
   for B in batches:
     nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
     for cfg in (c for c in (snap, comp) if c.replay_mode in modes):
@@ -809,7 +804,7 @@ flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
 flags.DEFINE_list("sweep_tiles", list(DEFAULT_TILE_VARIANTS),
-                  "verify tiles of the sweep suite, block_p:num_warps:prefetch:n_cols")
+                  "verify tiles of the sweep suite, block_p:num_warps:n_cols[:num_stages]")
 flags.DEFINE_string("breakdown_tiles", "",
                     "chunked-prefill tiles of the breakdown suite, tiles.ChunkTiles fields "
                     "joined by ':' as in --chunk_variants (default: the table's)")

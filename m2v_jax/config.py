@@ -149,6 +149,12 @@ class Mamba2Config:
     return self.capacity if self.window is None else self.window
 
   @property
+  def ring_rows(self) -> int:
+    """Rows of the compact window's ring buffer: W + capacity, so that a call's rows never
+    overwrite the rows it folds."""
+    return self.window_rows + self.capacity
+
+  @property
   def deferred(self) -> bool:
     """Whether compact mode defers its commits (`window` set)."""
     return self.window is not None

@@ -89,7 +89,7 @@ def fold(cfg, backend, params, state: CompactState, state_row, cache_indices):
   Returns the new CompactState (pending counts of valid sequences set to 0).
   """
   B = state_row.shape[0]
-  p = plan(cfg, backend, state, 0, B=B, y_dtype=state.win_xbc.dtype)
+  p = plan(cfg, backend, state, 0, B=B, y_dtype=state.win_xb.dtype)
   zeros = jnp.zeros((B,), jnp.int32)
   return verify_kernels.run(p, params, state, None, None, state_row, None, cache_indices,
                             zeros)[1]

@@ -16,8 +16,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+import jax
+
 from m2v_jax import config as config_lib
 from m2v_jax import status
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import dual
 from m2v_jax.kernels import rowmath
 from m2v_jax.params import LayerParams
 from m2v_jax.state import CompactState, SnapshotState
@@ -85,7 +89,7 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     dA = rowmath.decay(dtp, params.A_log)
     new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
                                   bm[..., None, :])
-    y = rowmath.readout([new_st], [cm[..., None, :]], params.D[:, None], x)
+    y = rowmath.readout(new_st, cm[..., None, :], params.D[:, None], x)
     if zt is not None:
       y = rowmath.gate(y, zt.astype(f32).reshape(Bsz, H, P))
     active = t < num_rows
@@ -151,6 +155,114 @@ def _n_rows(num_rows, Bsz, R):
   return jnp.full((Bsz,), R, jnp.int32) if num_rows is None else num_rows
 
 
+# ----------------------------------------------------------------------------------------------
+# The calls: the same segments and formulas as the kernels (`kernels.dual`), float32 products
+# ----------------------------------------------------------------------------------------------
+
+_PRODUCTS = backend.Products(exact_rows=False, tensor_cores=False)
+
+
+def _fold_one(S, x, b, dt, A, valid, r):
+  return dual.fold([S], x, [b], dt, A, valid, r, _PRODUCTS)[0]
+
+
+def _outputs_one(S, x, b, c, dt, A, D, valid):
+  return dual.outputs([S], x, [b], [c], dt, A, D, valid, _PRODUCTS)
+
+
+# Over heads (A, D per head; valid and r per sequence), then over sequences.
+_fold_all = jax.vmap(jax.vmap(_fold_one, in_axes=(0, 0, 0, 0, 0, None, None)),
+                     in_axes=(0, 0, 0, 0, None, 0, 0))
+_outputs_all = jax.vmap(jax.vmap(_outputs_one, in_axes=(0, 0, 0, 0, 0, 0, 0, None)),
+                        in_axes=(0, 0, 0, 0, 0, None, None, 0))
+
+
+def _split_rows(cfg, v, dt):
+  """Post-conv rows v [B, K, C] and dt [B, K, H] -> per head x [B, H, K, P], B and C
+  [B, H, K, N], dt [B, H, K] (float32)."""
+  Bsz, K = v.shape[:2]
+  H, P, G, N = cfg.nheads, cfg.headdim, cfg.ngroups, cfg.dstate
+  HP, GN = cfg.d_inner, G * N
+  per_head = lambda a: jnp.repeat(a.reshape(Bsz, K, G, N), cfg.heads_per_group, axis=2)
+  x = v[..., :HP].reshape(Bsz, K, H, P)
+  t = lambda a: jnp.swapaxes(a, 1, 2).astype(f32)
+  cm = t(per_head(v[..., HP + GN:HP + 2 * GN])) if v.shape[-1] > HP + GN else None
+  return t(x), t(per_head(v[..., HP:HP + GN])), cm, t(dt)
+
+
+def _tile(a, t0, KT):
+  """Rows t0 .. t0 + KT - 1 of a [B, RT, ...] (t0 static or traced)."""
+  return lax.dynamic_slice_in_dim(a, t0, KT, axis=1)
+
+
+def _new_rows(cfg, params, conv0, xbc, dt, n):
+  """Conv and dt of a call's rows, as the conv kernel computes them: post-conv rows
+  [B, RT, C] and processed dt [B, RT, H] f32, zero from each sequence's num_rows on and in
+  the padding to RT rows; the conv windows after every row [B, R, C, K-1] f32."""
+  R = xbc.shape[1]
+  body = max(R - cfg.capacity, 0)
+  RT = body + dual.tile_rows(cfg.capacity)
+  post, _ = conv_prefill(cfg, params, conv0, xbc)
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
+  live = (jnp.arange(R)[None, :] < n[:, None])[..., None]
+  pad = [(0, 0), (0, RT - R), (0, 0)]
+  post = jnp.pad(jnp.where(live, post, 0.0), pad)
+  dtp = jnp.pad(jnp.where(live, dtp, 0.0), pad)
+  K1 = cfg.d_conv - 1
+  raw = jnp.concatenate([jnp.swapaxes(conv0, 1, 2).astype(f32), xbc.astype(f32)], axis=1)
+  wins = jnp.stack([raw[:, i + 1:i + 1 + K1] for i in range(R)], axis=1)      # [B, R, K1, C]
+  return post, dtp, jnp.swapaxes(wins, 2, 3)
+
+
+def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
+  """A call's R rows from the start state S [B, H, P, N] f32 and conv window conv0, in the
+  SSM kernel's segments: (y [B, R, H*P] f32 (0 past num_rows, gated), the state after the
+  body (rounded to `state_dtype`; S without a body), with `slots` the states after the kept
+  rows [B, min(R, cap), H, P, N] f32, the conv windows after every row, post-conv rows and
+  processed dt (`_new_rows`))."""
+  R = xbc.shape[1]
+  cap, KT = cfg.capacity, dual.tile_rows(cfg.capacity)
+  body = max(R - cap, 0)
+  post, dtp, wins = _new_rows(cfg, params, conv0, xbc, dt, n)
+  A, D = -jnp.exp(params.A_log), params.D
+  Bsz = S.shape[0]
+  kt = jnp.arange(KT)
+
+  def tile(t0, L):
+    x, bm, cm, d = _split_rows(cfg, _tile(post, t0, KT), _tile(dtp, t0, KT))
+    return x, bm, cm, d, (kt[None, :] < L) & (t0 + kt[None, :] < n[:, None])
+
+  def y_rows(S, x, bm, cm, d, live, L):         # [B, L, H*P]
+    y = _outputs_all(S, x, bm, cm, d, A, D, live)                         # [B, H, P, KT]
+    return jnp.transpose(y, (0, 3, 1, 2))[:, :L].reshape(Bsz, L, cfg.d_inner)
+
+  def segment(S, t0, L):
+    x, bm, cm, d, live = tile(t0, L)
+    return (_fold_all(S, x, bm, d, A, live, jnp.full((Bsz,), L - 1)),
+            y_rows(S, x, bm, cm, d, live, L))
+
+  ys = []
+  full = body // cap
+  if full:
+    S, yb = lax.scan(lambda S, j: segment(S, j * cap, cap), S, jnp.arange(full))
+    ys.append(jnp.swapaxes(yb, 0, 1).reshape(Bsz, full * cap, cfg.d_inner))
+  if body % cap:
+    S, y = segment(S, full * cap, body % cap)
+    ys.append(y)
+  if body:
+    S = round_state(S, state_dtype)
+  L = min(R, cap)
+  x, bm, cm, d, live = tile(body, L)
+  ys.append(y_rows(S, x, bm, cm, d, live, L))
+  states = (jnp.stack([_fold_all(S, x, bm, d, A, live, jnp.full((Bsz,), r)) for r in range(L)],
+                      axis=1) if slots else None)
+  y = jnp.concatenate(ys, axis=1)
+  if z is not None:
+    y = rowmath.gate(y, z.astype(f32))
+  y = jnp.where((jnp.arange(R)[None, :] < n[:, None])[..., None], y, 0.0)
+  return y, S, states, wins, post, dtp
+
+
 def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
                   cache_indices=None, num_rows=None):
   """Snapshot-mode call: R <= S rows go to slots 0..R-1, R > S keeps the last S.
@@ -164,33 +276,64 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   valid, pad, _ = status.sequence_status(False, S, E, R, idx, state_row, n, None)
   srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
   keep = min(R, S)
-  y, ssm_k, conv_k = rows(cfg, params, state.ssm[safe, srow], state.conv[safe, srow],
-                          xbc, dt, z, n, keep, state.ssm.dtype)
-  # Slot s <- state after row (R - keep + s), for the rows that ran.
-  ran = (R - keep + jnp.arange(keep))[None, :] < n[:, None]
+  body = R - keep
+  y, _, states, wins, _, _ = _call_rows(cfg, params, state.ssm[safe, srow].astype(f32),
+                                        state.conv[safe, srow], xbc, dt, z, n,
+                                        state.ssm.dtype, slots=True)
+  # Slot s <- state after row (body + s), for the rows that ran.
+  ran = (body + jnp.arange(keep))[None, :] < n[:, None]
   cur_ssm, cur_conv = state.ssm[safe, :keep], state.conv[safe, :keep]
-  new_ssm = jnp.where(ran[:, :, None, None, None], ssm_k, cur_ssm)
-  new_conv = jnp.where(ran[:, :, None, None], conv_k.astype(cur_conv.dtype), cur_conv)
+  new_ssm = jnp.where(ran[:, :, None, None, None], states.astype(cur_ssm.dtype), cur_ssm)
+  new_conv = jnp.where(ran[:, :, None, None], wins[:, body:].astype(cur_conv.dtype), cur_conv)
   ssm = _scatter(state.ssm, idx, valid, jnp.concatenate([new_ssm, state.ssm[safe, keep:]], 1))
   conv = _scatter(state.conv, idx, valid,
                   jnp.concatenate([new_conv, state.conv[safe, keep:]], 1))
   return finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
 
 
-def fold(cfg, params, state: CompactState, state_row, safe):
-  """Folds the pending window rows up to `state_row` of the last call into the base, in
-  order: the start state of the next call.
-
-  Returns (ssm [B, H, P, N] f32 (rounded as the pool stores it), conv [B, C, K-1] f32,
-  n_replay [B] int32). Rows with nothing pending return the base itself.
-  """
+def _window_status(cfg, state: CompactState, state_row, safe):
   starts, pending = state.starts[safe], state.pending[safe]
-  n_rep = status.rows_to_replay(state.win_xbc.shape[1], state_row, pending, jnp,
-                                status.last_call_start(starts))
-  _, ssm_k, conv_k = rows(cfg, params, state.ssm[safe], state.conv[safe], state.win_xbc[safe],
-                          state.win_dt[safe], None, n_rep, keep=1, state_dtype=state.ssm.dtype,
-                          round_before=starts, dt_processed=True)
-  return round_state(ssm_k[:, 0], state.ssm.dtype), conv_k[:, 0], n_rep
+  n_fold = status.rows_to_replay(cfg.window_rows, state_row, pending, jnp,
+                                 status.last_call_start(starts))
+  return n_fold, starts, pending, state.origin[safe]
+
+
+def fold(cfg, params, state: CompactState, state_row, safe):
+  """Folds the pending rows up to `state_row` of the last call into the base, one call's
+  segment at a time, as the SSM kernel does: the start state of the next call.
+
+  Returns (ssm [B, H, P, N] f32 (rounded as the pool stores it), conv [B, C, K-1] f32: the
+  conv window after that row, n_fold [B] int32). With nothing pending: the base itself.
+  """
+  n_fold, starts, pending, origin = _window_status(cfg, state, state_row, safe)
+  Q, KT, W = cfg.ring_rows, dual.tile_rows(cfg.capacity), cfg.window_rows
+  A = -jnp.exp(params.A_log)
+  j = jnp.arange(32)[None, :]
+  live = j < n_fold[:, None]
+  bits = jnp.where(live, (starts[:, None] >> j) & 1, 0)
+  seg = jnp.cumsum(bits, axis=1)
+  count = jnp.sum(bits, axis=1)
+  ring_xb, ring_dt = state.win_xb[safe], state.win_dt[safe]
+
+  def step(i, S):
+    s0 = jnp.sum(jnp.where(live & (seg <= i), 1, 0), axis=1)
+    L = jnp.sum(jnp.where(live & (seg == i + 1), 1, 0), axis=1)
+    rows = (origin[:, None] + s0[:, None] + jnp.arange(KT)[None, :]) % Q      # [B, KT]
+    take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
+    x, bm, _, d = _split_rows(cfg, take(ring_xb), take(ring_dt))
+    valid = jnp.arange(KT)[None, :] < L[:, None]
+    new = round_state(_fold_all(S, x, bm, d, A, valid, L - 1), state.ssm.dtype)
+    return jnp.where((i < count)[:, None, None, None], new, S)
+
+  S = lax.fori_loop(0, W, step, state.ssm[safe].astype(f32))
+  # The conv window after `state_row` of the last call: the last K-1 of [conv | raw rows].
+  K1 = cfg.d_conv - 1
+  raw = jnp.concatenate([jnp.swapaxes(state.conv[safe], 1, 2).astype(f32),
+                         state.last_xbc[safe].astype(f32)], axis=1)           # [B, K1+cap, C]
+  off = jnp.where(pending > 0, state_row + 1, 0)
+  pos = jnp.clip(off[:, None] + jnp.arange(K1)[None, :], 0, raw.shape[1] - 1)
+  conv = jnp.swapaxes(jnp.take_along_axis(raw, pos[..., None], axis=1), 1, 2)
+  return S, conv, n_fold
 
 
 def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
@@ -201,44 +344,48 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
 
   Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new CompactState).
   """
-  E, W = state.win_xbc.shape[:2]
-  cap = cfg.capacity
+  E = state.ssm.shape[0]
+  cap, Q = cfg.capacity, cfg.ring_rows
   Bsz, R, _ = xbc.shape
   idx, safe = _entries(E, Bsz, cache_indices)
   n = _n_rows(num_rows, Bsz, R)
-  valid, pad, n_rep = status.sequence_status(True, cap, E, R, idx, state_row, n,
-                                             state.pending[safe], starts=state.starts[safe], W=W)
+  valid, pad, n_fold = status.sequence_status(True, cap, E, R, idx, state_row, n,
+                                              state.pending[safe], starts=state.starts[safe],
+                                              W=cfg.window_rows)
   ssm0, conv0, _ = fold(cfg, params, state, state_row, safe)
-  flush = status.flushes(cfg, R, n_rep, n)
-  woff, new_pending, new_starts = status.window_after(cfg, R, n_rep, n, state.starts[safe],
-                                                      flush)
-  commit = max(R - cap, 0)
-  ys = []
-  if commit:
-    y1, s1, c1 = rows(cfg, params, ssm0, conv0, xbc[:, :commit], dt[:, :commit],
-                      None if z is None else z[:, :commit], None, keep=1)
-    ys.append(y1)
-    ssm0, conv0 = round_state(s1[:, 0], state.ssm.dtype), c1[:, 0]
-  y2, _, _ = rows(cfg, params, ssm0, conv0, xbc[:, commit:], dt[:, commit:],
-                  None if z is None else z[:, commit:], n - commit, keep=0)
-  ys.append(y2)
-  y = jnp.concatenate(ys, axis=1)
-  # The call's kept rows go to window rows woff .. woff + n - commit - 1.
-  src = jnp.arange(W)[None, :] - woff[:, None]                    # [B, W] row of the call
-  take = (src >= 0) & (src < (n - commit)[:, None])
-  src = jnp.clip(src, 0, R - commit - 1) + commit
-  pick = lambda new, cur: jnp.where(take[..., None], jnp.take_along_axis(
-      new, src[..., None], axis=1).astype(cur.dtype), cur)
-  base = lambda new, cur: jnp.where(flush.reshape((-1,) + (1,) * (cur.ndim - 1)),
-                                    new.astype(cur.dtype), cur)
+  starts, origin = state.starts[safe], state.origin[safe]
+  flush = status.flushes(cfg, R, n_fold, n)
+  _, new_pending, new_starts = status.window_after(cfg, R, n_fold, n, starts, flush)
+  body = max(R - cap, 0)
+  y, S_body, _, wins, post, dtp = _call_rows(cfg, params, ssm0, conv0, xbc, dt, z, n,
+                                             state.ssm.dtype, slots=False)
+  base = S_body if body else ssm0
+  conv_base = wins[:, body - 1] if body else conv0
+  # The call's kept rows i (body <= i < n) go to last_xbc row i - body and ring row
+  # (origin + n_fold + i - body) % Q.
+  nk = R - body
+  kept = jnp.arange(body, R)[None, :] < n[:, None]                          # [B, nk]
+  cur = state.last_xbc[safe]
+  last = jnp.concatenate([jnp.where(kept[..., None], xbc[:, body:].astype(cur.dtype),
+                                    cur[:, :nk]), cur[:, nk:]], axis=1)
+  ring = (origin[:, None] + n_fold[:, None] + jnp.arange(nk)[None, :]) % Q
+  target = jnp.where(kept, ring, Q)                                         # Q: dropped
+  b_idx = jnp.arange(Bsz)[:, None]
+  XB = cfg.d_inner + cfg.ngroups * cfg.dstate
+  win_xb = state.win_xb[safe].at[b_idx, target].set(
+      post[:, body:R, :XB].astype(state.win_xb.dtype), mode="drop")
+  win_dt = state.win_dt[safe].at[b_idx, target].set(dtp[:, body:R], mode="drop")
+  keep_base = flush.reshape((-1, 1, 1, 1))
   new_state = CompactState(
-      ssm=_scatter(state.ssm, idx, valid, base(ssm0, state.ssm[safe])),
-      conv=_scatter(state.conv, idx, valid, base(conv0, state.conv[safe])),
-      win_xbc=_scatter(state.win_xbc, idx, valid, pick(xbc, state.win_xbc[safe])),
-      win_dt=_scatter(state.win_dt, idx, valid, pick(
-          rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit), state.win_dt[safe])),
+      ssm=_scatter(state.ssm, idx, valid,
+                   jnp.where(keep_base, base.astype(state.ssm.dtype), state.ssm[safe])),
+      conv=_scatter(state.conv, idx, valid, conv_base),
+      last_xbc=_scatter(state.last_xbc, idx, valid, last),
+      win_xb=_scatter(state.win_xb, idx, valid, win_xb),
+      win_dt=_scatter(state.win_dt, idx, valid, win_dt),
       pending=_scatter(state.pending, idx, valid, new_pending),
       starts=_scatter(state.starts, idx, valid, new_starts),
+      origin=_scatter(state.origin, idx, valid, status.ring_origin(cfg, origin, n_fold, flush)),
   )
   return finish_y(y, valid, pad, xbc.dtype), new_state
 
@@ -247,8 +394,8 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode
   (a 16-bit state widened).
 
-  Snapshot: slot `state_row` of each entry. Compact: the base with window rows 0..state_row
-  folded in. Invalid rows or entries give NaN states.
+  Snapshot: slot `state_row` of each entry. Compact: the base with the pending rows up to
+  `state_row` folded in. Invalid rows or entries give NaN states.
   """
   E = state.ssm.shape[0]
   Bsz = state_row.shape[0]

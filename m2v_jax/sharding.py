@@ -75,28 +75,39 @@ def _permute(tree, axes, order):
 
 
 def _state_channel_axes(state):
+  """Per state leaf: (its channel axis, whether it holds only the x and B channels), or None."""
   if isinstance(state, SnapshotState):
-    return (None, 2)
-  return (None, 1, 2, None, None, None)
+    return (None, (2, False))
+  return (None, (1, False), (2, False), (2, True), None, None, None, None)
+
+
+def _xb(order, cfg):
+  """The x and B channels of the channel order `order`, as columns of the compact ring's
+  x|B rows (`CompactState.win_xb`, whose columns are the first H*P + G*N channels)."""
+  return order[order < cfg.d_inner + cfg.ngroups * cfg.dstate]
 
 
 def to_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
   """Permutes the conv-channel axis of whichever of params, state, xbc are given into TP
   layout. Returns them in that order (None for those not given)."""
   order = tp_channel_order(cfg, n)
-  return _apply(order, params, state, xbc)
+  return _apply(order, _xb(order, cfg), params, state, xbc)
 
 
 def from_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
   """The inverse of `to_tp_layout`."""
-  order = np.argsort(tp_channel_order(cfg, n))
-  return _apply(order, params, state, xbc)
+  order = tp_channel_order(cfg, n)
+  return _apply(np.argsort(order), np.argsort(_xb(order, cfg)), params, state, xbc)
 
 
-def _apply(order, params, state, xbc):
+def _apply(order, xb_order, params, state, xbc):
   out_p = None if params is None else _permute(params, [_CHANNEL_AXIS[f] for f in
                                                         LayerParams._fields], order)
-  out_s = None if state is None else _permute(state, _state_channel_axes(state), order)
+  out_s = None
+  if state is not None:
+    out_s = type(state)(*(leaf if spec is None else
+                          _take(leaf, xb_order if spec[1] else order, spec[0])
+                          for leaf, spec in zip(state, _state_channel_axes(state))))
   out_x = None if xbc is None else _take(xbc, order, xbc.ndim - 1)
   return out_p, out_s, out_x
 
@@ -106,8 +117,8 @@ def _specs(state, h, b):
   if isinstance(state, SnapshotState):
     st = SnapshotState(ssm=P(b, None, h), conv=P(b, None, h))
   else:
-    st = CompactState(ssm=P(b, h), conv=P(b, h), win_xbc=P(b, None, h), win_dt=P(b, None, h),
-                      pending=P(b), starts=P(b))
+    st = CompactState(ssm=P(b, h), conv=P(b, h), last_xbc=P(b, None, h), win_xb=P(b, None, h),
+                      win_dt=P(b, None, h), pending=P(b), starts=P(b), origin=P(b))
   return params, st
 
 

@@ -3,25 +3,23 @@
 Both states are pools: a leading axis of E entries (one per live request, E >= batch). A call
 addresses entries with `cache_indices [B]` (default `arange(B)`, which needs E == B).
 
-The compact window keeps raw xBC, not post-conv values: replay recomputes the conv and the
-state update with the same code as the call that first ran the rows (`kernels.rowmath`), so
-both modes produce bitwise the same states; it keeps dt as that call processed it (bias,
-softplus, its dt_limit), so a later call with another dt_limit replays it unchanged. The conv
-state at any pending row is the last K-1 raw inputs up to it, which the window also
-provides.
+The compact window keeps what the SSM kernel consumes: the post-conv x and B of its rows in
+the activation dtype and their dt as their call processed it (bias, softplus, its dt_limit),
+in a ring of W + capacity rows. The conv state needs raw inputs: the pool keeps the conv
+state before the last call's rows and those rows' raw xBC, from which the conv state at any
+row of the last call follows.
 
 Memory per entry at Nemotron-3.5-Bolt geometry with bf16 activations and conv state: snapshot
-S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x (20 KiB xBC + 512 B dt) + 8 B.
-With 16-bit state storage (`state_dtype`) each 4 MiB SSM state takes 2 MiB.
+S=8: 8 x (4 MiB + 60 KiB); compact W=8: 4 MiB + 60 KiB + 8 x 20 KiB (raw rows) + 16 x 18.5
+KiB (ring) + 12 B. With 16-bit state storage (`state_dtype`) each 4 MiB SSM state takes 2 MiB.
 
 16-bit state storage (`state_dtype` bfloat16 or float16, both modes; default float32): the
 math stays float32. A state is rounded to nearest-even where it is stored (a snapshot slot, a
 compact base) and widened where it is loaded, and a call's running state is rounded where
-the other mode stores it, so that the two modes stay bitwise identical: the start state of
-every call (compact: after its replay), and, in a call of R > capacity rows, the state after
-row R - capacity - 1 (compact commits it to the base there). One call of R rows therefore no
-longer equals R calls of one row (those round after every row). float16 holds magnitudes up
-to 65504 only; bfloat16 has float32's range with 8 bits of mantissa.
+the other mode stores it, so that the two modes stay bitwise identical: after every call
+segment a compact fold replays (snapshot stored that state in a slot), and, in a call of
+R > capacity rows, after row R - capacity - 1 (compact commits it to the base there). float16
+holds magnitudes up to 65504 only; bfloat16 has float32's range with 8 bits of mantissa.
 """
 
 from __future__ import annotations
@@ -58,31 +56,36 @@ class SnapshotState(NamedTuple):
 class CompactState(NamedTuple):
   """Compact-replay state pool: slot 0 is the committed base, slot 1 the pending window.
 
-  The next call folds the window's rows up to its `state_row` (a row of the last call) into
+  The next call folds the pending rows up to its `state_row` (a row of the last call) into
   the base, in registers, and keeps its own rows pending. Without deferred commit it writes
-  that start state as the new base and its rows go to window rows 0...; with deferred commit
-  (`Mamba2Config.window`) the folded rows stay in the window and the call's rows go after
-  them, unless they would not fit (a flush: base written, rows from window row 0).
+  that start state as the new base; with deferred commit (`Mamba2Config.window`) the folded
+  rows stay pending, ahead of the call's rows, unless they would not fit (a flush: base
+  written, the folded rows dropped).
 
   Attributes:
     ssm: [E, H, P, N] committed base SSM state, float32 or the 16-bit `state_dtype`.
-    conv: [E, C, K-1] committed base conv state, in the activation dtype or float32.
-    win_xbc: [E, W, C] raw (pre-conv) xBC of the pending rows, in the activation dtype.
-    win_dt: [E, W, H] float32 dt of the pending rows as their call used it (after dt_bias,
-      softplus and that call's dt_limit), so a replay does not depend on the next call's
-      limit.
+    conv: [E, C, K-1] conv state before the last call's first row, in the activation dtype
+      or float32.
+    last_xbc: [E, capacity, C] raw (pre-conv) xBC of the last call's rows, in the activation
+      dtype: with `conv`, the conv state at any of them.
+    win_xb: [E, W + capacity, H*P + G*N] post-conv x and B of the pending rows, in the
+      activation dtype, in a ring: pending row j is ring row `(origin + j) % (W + capacity)`.
+    win_dt: [E, W + capacity, H] float32 dt of the pending rows as their call used it (after
+      dt_bias, softplus and that call's dt_limit), in the same ring.
     pending: [E] int32 pending rows per entry (0 ... W).
-    starts: [E] int32 bitmask: bit j set when window row j is the first row of a call (bit 0
-      whenever rows are pending). The last call's rows start at the highest set bit; a
-      16-bit state is rounded before each such row when replayed (`m2v_jax.state`).
+    starts: [E] int32 bitmask: bit j set when pending row j is the first row of a call (bit
+      0 whenever rows are pending). The last call's rows start at the highest set bit.
+    origin: [E] int32 ring row of pending row 0.
   """
 
   ssm: jax.Array
   conv: jax.Array
-  win_xbc: jax.Array
+  last_xbc: jax.Array
+  win_xb: jax.Array
   win_dt: jax.Array
   pending: jax.Array
   starts: jax.Array
+  origin: jax.Array
 
 
 State = SnapshotState | CompactState
@@ -95,7 +98,7 @@ def state_type(cfg: config_lib.Mamba2Config) -> type:
 
 def activation_dtype(state: State):
   """The activation dtype a pool implies: the compact window's, else the conv state's."""
-  return state.win_xbc.dtype if isinstance(state, CompactState) else state.conv.dtype
+  return state.win_xb.dtype if isinstance(state, CompactState) else state.conv.dtype
 
 
 def _check_dtypes(dtype, conv_dtype, state_dtype=jnp.float32):
@@ -124,10 +127,12 @@ def state_shapes(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloa
   if not cfg.compact:
     S = cfg.capacity
     return SnapshotState(ssm=sds((E, S, H, P, N), sdt), conv=sds((E, S, C, K1), conv_dtype))
-  W = cfg.window_rows
+  ring, xb = cfg.ring_rows, cfg.d_inner + cfg.ngroups * N
+  i32 = jnp.int32
   return CompactState(ssm=sds((E, H, P, N), sdt), conv=sds((E, C, K1), conv_dtype),
-                      win_xbc=sds((E, W, C), dtype), win_dt=sds((E, W, H), f32),
-                      pending=sds((E,), jnp.int32), starts=sds((E,), jnp.int32))
+                      last_xbc=sds((E, cfg.capacity, C), dtype), win_xb=sds((E, ring, xb), dtype),
+                      win_dt=sds((E, ring, H), f32), pending=sds((E,), i32),
+                      starts=sds((E,), i32), origin=sds((E,), i32))
 
 
 def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,
@@ -191,11 +196,10 @@ def state_from_committed(cfg: config_lib.Mamba2Config, ssm, conv, dtype=jnp.bflo
     S = cfg.capacity
     pad = lambda a: jnp.concatenate([a[:, None], jnp.zeros((E, S - 1) + a.shape[1:], a.dtype)], 1)
     return SnapshotState(ssm=pad(ssm.astype(shapes.ssm.dtype)), conv=pad(conv))
+  zeros = {f: jnp.zeros(getattr(shapes, f).shape, getattr(shapes, f).dtype)
+           for f in CompactState._fields[2:]}
   return CompactState(ssm=jnp.array(ssm, shapes.ssm.dtype, copy=True),
-                      conv=jnp.array(conv, copy=True),
-                      win_xbc=jnp.zeros(shapes.win_xbc.shape, shapes.win_xbc.dtype),
-                      win_dt=jnp.zeros(shapes.win_dt.shape, shapes.win_dt.dtype),
-                      pending=jnp.zeros((E,), jnp.int32), starts=jnp.zeros((E,), jnp.int32))
+                      conv=jnp.array(conv, copy=True), **zeros)
 
 
 def state_nbytes(state: State) -> int:

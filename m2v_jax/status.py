@@ -96,6 +96,13 @@ def window_after(cfg, R: int, n_replay, n, starts, flush, xp=jnp):
   return woff, woff + n_keep, new_starts
 
 
+def ring_origin(cfg, origin, n_replay, flush, xp=jnp):
+  """Compact: the ring row of pending row 0 after a call: past the folded rows when the call
+  flushes, else where it was. The call's kept row i goes to ring row
+  `(origin + n_replay + i) % cfg.ring_rows` in both cases."""
+  return xp.where(flush, (origin + n_replay) % cfg.ring_rows, origin).astype(xp.int32)
+
+
 def safe_entry(entry, E: int):
   """The pool entry to address: `entry` when it is in [0, E), else 0 (then only masked
   work uses it)."""

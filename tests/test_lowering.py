@@ -38,8 +38,9 @@ def test_verify_plans_lower_to_triton(mode, R, z):
   text = lower(cfg, 2, R, z)
   assert text.count("__gpu$xla.gpu.triton") == 2
   # the state leaves are aliased to outputs (updated in place when donated)
-  # prep aliases the conv state (and the window), ssm the SSM state (and pending, starts)
-  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 6)
+  # the conv launch aliases the conv state (compact: and the last call's rows and the ring),
+  # the SSM launch the SSM state (compact: and pending, starts, origin)
+  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 8)
   assert "tf.aliasing_output" in text                  # and the jit donates them
 
 
@@ -100,7 +101,7 @@ def test_triton_kernels_capture_ir_and_launch_params():
   from tools import sass
   cfg = m.BOLT.replace(replay_mode="compact")
   kernels = sass.kernels_of_call(cfg, 1, 8)
-  assert sorted(kernels) == ["m2v_prep_compact_r8", "m2v_ssm_compact_r8"]
+  assert sorted(kernels) == ["m2v_conv_compact_r8", "m2v_ssm_compact_r8"]
   ir, warps, stages = kernels["m2v_ssm_compact_r8"]
   tiles = m.tile_config(cfg)
   assert (warps, stages) == (tiles.num_warps, tiles.num_stages)

@@ -12,7 +12,6 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import jax
@@ -29,8 +28,11 @@ flags.DEFINE_integer("batch", 128, "sequences B")
 flags.DEFINE_integer("rows", 8, "rows R per call")
 flags.DEFINE_integer("calls", 6, "calls after the warm-up")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
-flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:prefetch:n_cols instead of "
-                    "the table's")
+flags.DEFINE_enum("state_dtype", "float32", ["bfloat16", "float16", "float32"],
+                  "SSM state storage dtype")
+flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
+flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_stages] instead "
+                    "of the table's")
 
 
 flags.DEFINE_bool("prefill", False, "a chunked prefill of --rows rows instead of a verify call")
@@ -49,19 +51,18 @@ def main(argv):
   if backend != "pallas":
     sys.exit("profile_call.py: profiles the compiled kernels: needs a GPU "
              f"(the backend here is {backend!r})")
-  cfg = m.BOLT.replace(replay_mode=FLAGS.mode)
+  cfg = m.BOLT.replace(replay_mode=FLAGS.mode,
+                       window=FLAGS.window if FLAGS.mode == "compact" else None)
   B, R, dtype = FLAGS.batch, FLAGS.rows, jnp.dtype(FLAGS.dtype)
   rng = np.random.default_rng(0)
   params = m.random_params(cfg)
-  state = m.init_state(cfg, B, dtype)
+  state = m.init_state(cfg, B, dtype, state_dtype=FLAGS.state_dtype)
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
   rows = jnp.asarray(np.arange(B) % R, jnp.int32)          # mixed acceptance
   tiles = m.tile_config(cfg)
   if FLAGS.tiles:
-    bp, w, pf, nc = FLAGS.tiles.split(":")
-    tiles = dataclasses.replace(tiles, block_p=int(bp), num_warps=int(w),
-                                prefetch=None if pf == "all" else int(pf), n_cols=int(nc))
+    tiles = tiles.replace_from_text(FLAGS.tiles)
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
   if FLAGS.prefill:
     cfg = cfg.replace(prefill_precision=FLAGS.precision)

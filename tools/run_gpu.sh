@@ -20,8 +20,9 @@
 #   sanitizer    compute-sanitizer (memcheck, initcheck, synccheck, racecheck) over
 #                tools/sanitize_calls.py (-> sanitizer_TOOL.log) at M2V_SANITIZER_GEOMETRY
 #                (default small: 8 heads of Bolt's head shape, the same tiles)
-#   ncu          ncu --clock-control none, a short metric list, on the SSM kernel of
-#                tools/profile_call.py (compact and snapshot, B=32, R=8, mixed rows)
+#   ncu          ncu --clock-control none, a short metric list, on the conv and SSM kernels of
+#                tools/profile_call.py (M2V_NCU_MODES, default compact and snapshot; B=32, R=8,
+#                mixed rows; M2V_PROFILE_ARGS adds flags, e.g. --window=32)
 #   ncu_chunk    the same metrics on the chunked prefill's kernels (B=1, R=4096)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
 # M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers.
@@ -80,9 +81,9 @@ for s in $STAGES; do
       done
       rm -rf "$JAX_COMPILATION_CACHE_DIR" ;;
     ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
-      for mode in compact snapshot; do
-        stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:m2v_ssm \
-          --launch-skip 1 --launch-count 1 --metrics "$NCU_METRICS" \
+      for mode in ${M2V_NCU_MODES:-compact snapshot}; do
+        stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:'m2v_(conv|ssm)' \
+          --launch-skip 2 --launch-count 2 --metrics "$NCU_METRICS" \
           $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
     ncu_chunk)  # the chunked prefill's four kernels (conv, chunk states, state passing, output)

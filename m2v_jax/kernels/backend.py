@@ -17,7 +17,6 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
-from m2v_jax.kernels import rowmath
 
 DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
 
@@ -88,40 +87,6 @@ def barrier(interpret: bool) -> None:
     plt.debug_barrier()
 
 
-def isolate(x, interpret: bool):
-  """Keeps interpret mode from fusing `x`'s producer into its consumer (identity when compiled).
-
-  XLA:CPU picks a reduction's summation order per fusion, so in interpret mode the y readout
-  of two kernels that compute the same state could round differently depending on what it
-  got fused with. An optimization barrier makes the readout its own fusion everywhere. The
-  compiled Triton kernels need none (their order is fixed by tile shape and warps), and the
-  Triton lowering has no rule for the barrier.
-  """
-  return lax.optimization_barrier(x) if interpret else x
-
-
-def fma(interpret: bool):
-  """The multiply-add of the kernels' state update and readout: `fma(a, b, c) = a * b + c`.
-
-  Compiled: one `fma.rn.f32` (a single rounding), by inline PTX, since the Triton lowering
-  has no fused multiply-add and contracts nothing itself. Interpret mode: JAX has no fused
-  multiply-add, so a * b + c with two roundings (`rowmath.unfused`), the same as the
-  jax.numpy reference.
-  """
-  if interpret:
-    return rowmath.unfused
-
-  def fused(a, b, c):
-    a, b, c = (jnp.asarray(v, jnp.float32) for v in (a, b, c))
-    shape = jnp.broadcast_shapes(a.shape, b.shape, c.shape)
-    a, b, c = (jnp.broadcast_to(v, shape) for v in (a, b, c))
-    return plt.elementwise_inline_asm(
-        "fma.rn.f32 $0, $1, $2, $3;", args=[a, b, c], constraints="=f,f,f,f", pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(shape, jnp.float32)])[0]
-
-  return fused
-
-
 # The chunked prefill's products at each `Mamba2Config.prefill_precision`, compiled: 3-pass
 # TF32 on the tensor cores gives about float32 accuracy (8e-6 max abs error on a
 # [64,64]x[64,128] product on the H200, vs 1e-2 for one TF32 pass); "bf16" rounds the
@@ -129,6 +94,65 @@ def fma(interpret: bool):
 # See docs/design.md, "Prefill precision".
 _ALGORITHMS = {"highest": lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
                "tf32": lax.DotAlgorithmPreset.TF32_TF32_F32}
+
+
+def _tf32_head(x):
+  """x's leading 11 significant bits (sign, exponent, 10 mantissa bits), exact in TF32: the
+  low 13 mantissa bits cleared."""
+  u = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000)
+  return lax.bitcast_convert_type(u, jnp.float32)
+
+
+class Products:
+  """The float32-accurate products of the verify kernels' dual form (`kernels.dual`), on 2-D
+  tiles, float32 accumulation.
+
+  Compiled, on the tensor cores: an operand that is exact in TF32 (x, B and C of 16-bit
+  activations) enters one pass as it is; a float32 operand is split into a TF32 head (its
+  leading 11 bits) and tail (the rest), two one-pass TF32 products whose float32 sum carries
+  about 22 bits; with float32 activations (nothing exact) Triton's 3-pass TF32. Otherwise
+  (interpret mode, the jax.numpy reference): float32 products by XLA (`Precision.HIGHEST`).
+
+  Args:
+    exact_rows: whether the activations are 16-bit (x, B and C exact in TF32).
+    tensor_cores: compiled kernels (else XLA's float32 products).
+  """
+
+  def __init__(self, exact_rows: bool, tensor_cores: bool):
+    self.exact_rows, self.tensor_cores = exact_rows, tensor_cores
+
+  def _dot(self, a, b, dims, split, acc):
+    """acc + a . b with `dims` contracting dims; `split`: which operand ("a", "b") is
+    float32 and split when the other is exact in TF32. Each pass is added to the running
+    sum as `sum + dot`, which Triton folds into the tensor-core accumulator."""
+    dn = (dims, ((), ()))
+    mm = lambda u, v, prec: lax.dot_general(u, v, dn, precision=prec,
+                                            preferred_element_type=jnp.float32)
+    add = lambda total, part: part if total is None else total + part
+    if not self.tensor_cores:
+      return add(acc, mm(a, b, lax.Precision.HIGHEST))
+    if not self.exact_rows:
+      return add(acc, mm(a, b, lax.DotAlgorithmPreset.TF32_TF32_F32_X3))
+    one = lax.DotAlgorithmPreset.TF32_TF32_F32
+    if split is None:
+      return add(acc, mm(a, b, one))
+    if split == "a":
+      head = _tf32_head(a)
+      return add(add(acc, mm(a - head, b, one)), mm(head, b, one))
+    head = _tf32_head(b)
+    return add(add(acc, mm(a, b - head, one)), mm(a, head, one))
+
+  def rows_t(self, x, w, acc=None):
+    """acc + x [K, M] (rows, exact) transposed times w [K, N] float32: [M, N]."""
+    return self._dot(x, w, ((0,), (0,)), "b", acc)
+
+  def state(self, s, c, acc=None):
+    """acc + s [M, N] float32 times c [T, N] (rows, exact) transposed: [M, T]."""
+    return self._dot(s, c, ((1,), (1,)), "a", acc)
+
+  def exact(self, b, c, acc=None):
+    """acc + b [K, N] times c [T, N] transposed, both rows (exact): [K, T]."""
+    return self._dot(b, c, ((1,), (1,)), None, acc)
 
 
 def round_tf32(x):

@@ -1,19 +1,13 @@
 """The per-row math of one Mamba-2 mixer step (docs/semantics.md, "One row"), written once.
 
-Every kernel (snapshot, compact replay, serial prefill tail) and the jax.numpy reference call
-these functions, so the operation order -- and with it the rounding -- is the same everywhere.
-They are plain `jax.numpy` expressions on values: inside a Pallas kernel they see register
-tiles, in the reference whole arrays; the caller brings the operands to broadcastable shapes.
-
-Rounding policy (docs/design.md, "Rounding policy"): every product and every sum is rounded to
-float32 on its own, in the order written here, except the multiply-adds that `state_update`
-and `readout` route through their `fma` argument: the compiled kernels pass one fused
-multiply-add (`kernels.backend.fma`, `fma.rn.f32`), the reference and interpret mode two
-roundings (JAX has no fused multiply-add). The Pallas Triton lowering emits `mul.rn.f32` /
-`add.rn.f32` for plain expressions (no contraction); `tests/test_gpu.py::
-test_rounding_policy_canary` pins the compiled state update to one fused multiply-add.
-XLA:CPU contracts `a*b+c` into an FMA unless `--xla_cpu_max_isa=AVX` is set, which the test
-suite sets.
+The conv and the dt processing here are what every kernel and the jax.numpy reference run;
+`state_update` and `readout` are the serial recurrence of the oracle (`reference.rows`),
+which the kernels' SSD dual form (`kernels.dual`) matches to float32 rounding. They are plain
+`jax.numpy` expressions on values: inside a Pallas kernel they see register tiles, in the
+reference whole arrays; the caller brings the operands to broadcastable shapes. Every product
+and every sum is rounded to float32 on its own, in the order written here: the Pallas Triton
+lowering contracts nothing into a fused multiply-add, and the test suite runs XLA:CPU with
+`--xla_cpu_max_isa=AVX`, which keeps it from contracting too.
 
 Source of the math: Dao & Gu, "Transformers are SSMs" (Mamba-2, 2024), the selective SSM
 recurrence h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, and the
@@ -116,43 +110,22 @@ def decay(dt, a_log):
   return jnp.exp(dt * -jnp.exp(a_log))
 
 
-def unfused(a, b, c):
-  """a * b + c with the product rounded on its own (what JAX computes for `a * b + c`)."""
-  return a * b + c
-
-
-def state_update(st, dA, dtx, b, fma=unfused):
-  """st * dA + dtx * b: the SSM state update (the outer product dtx ⊗ b).
+def state_update(st, dA, dtx, b):
+  """st * dA + dtx * b: one row of the serial SSM recurrence (the outer product dtx ⊗ b).
 
   Args:
-    st: state, float32, with a P axis and an N axis in any layout the caller uses.
+    st: state, float32, with a P axis and an N axis.
     dA: decay, broadcastable to `st` (a scalar per head).
     dtx: dt * x, broadcast along the N axis of `st` (e.g. [..., P, 1]).
     b: B row of the head's group, broadcast along the P axis (e.g. [..., 1, N]).
-    fma: how `st * dA + (dtx * b)` is rounded: `unfused`, or the compiled kernels' fused
-      multiply-add (`kernels.backend.fma`).
   """
-  return fma(st, dA, dtx * b)
+  return st * dA + dtx * b
 
 
-def readout(st, c, d, x, fma=unfused):
-  """y = sum_n st[..., n] * c[n] + D * x, float32 (no gate).
-
-  Args:
-    st: the state as a sequence of tiles [..., P, n_k] that hold N between them (one tile:
-      the whole state).
-    c: the C row as the matching sequence of tiles, broadcastable to them ([..., 1, n_k]).
-    d: D of the head, broadcastable to x.
-    x: x of the head, [..., P].
-
-  The tiles' products are summed elementwise, tile after tile (`fma(s_k, c_k, acc)`, as
-  `state_update`), then over the last axis (`jnp.sum`, whose order a kernel's layout fixes),
-  then D * x is added. Kernels whose y must match use the same tiles and layout.
-  """
-  acc = st[0] * c[0]
-  for s_k, c_k in zip(st[1:], c[1:]):
-    acc = fma(s_k, c_k, acc)
-  return jnp.sum(acc, axis=-1) + d * x
+def readout(st, c, d, x):
+  """y = sum_n st[..., n] * c[..., n] + D * x, float32 (no gate): st [..., P, N], c
+  broadcastable to it, d broadcastable to x [..., P]."""
+  return jnp.sum(st * c, axis=-1) + d * x
 
 
 def gate(y, z):

@@ -31,48 +31,49 @@ def pow2_divisor(n: int, cap: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-  """Launch parameters of the serial (verify) kernels (`kernels.verify`).
+  """Launch parameters of the verify kernels (`kernels.verify_conv`, `kernels.verify_ssm`).
 
   Raises:
-    ValueError: a size that is not a power of two, num_stages below 1, a negative prefetch.
+    ValueError: a size that is not a power of two, num_stages below 1.
 
   Attributes:
-    block_p: rows of P one SSM program owns (a [block_p, N] f32 state tile in registers).
-    num_warps: warps per SSM program. (block_p, num_warps) fixes the reduction order of the
-      y readout, so every kernel whose y must match another's uses the same pair.
-    num_stages: software-pipelining depth of the SSM program.
-    block_c: conv channels one prep program owns.
-    prep_warps: warps per prep program.
-    unroll: emit verify-sized row loops unrolled with predication (loads issue ahead of
-      the stores of earlier rows) rather than as `fori_loop`s; see `kernels.verify`.
-    prefetch: rows the SSM kernel loads ahead of the row it computes (None: all rows up
-      front). Each prefetched row holds its x, B and C slices in registers.
-    n_cols: the SSM kernel holds its state tile as N / n_cols tiles [block_p, n_cols] (a
-      power of two, at most N): n_cols / 4 lanes share a row of N, the other lanes and the
-      warps take P. It fixes the y readout's reduction order like (block_p, num_warps).
+    block_p: rows of P one SSM program owns (a [block_p, N] float32 state tile).
+    num_warps: warps per SSM program.
+    num_stages: software-pipelining depth of the SSM program's loops.
+    n_cols: the SSM program holds its state as N / n_cols chunks [block_p, n_cols] and runs
+      its products chunk by chunk (a power of two, at most N).
+    block_c: conv channels one conv program owns.
+    prep_warps: warps per conv program.
+
+  (block_p, n_cols, num_warps) fix the order of the products' sums, so every kernel whose
+  results must match another's (the two modes) uses the same triple.
   """
 
   block_p: int
   num_warps: int
   num_stages: int = 1
+  n_cols: int = 64
   block_c: int = 128
   prep_warps: int = 4
-  unroll: bool = True
-  prefetch: int | None = 1
-  n_cols: int = 32
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
-    if self.prefetch is not None and self.prefetch < 0:
-      raise ValueError(f"TileConfig.prefetch: expected None or >= 0, got {self.prefetch}")
+
+  def replace_from_text(self, text: str) -> "TileConfig":
+    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text` (the benchmarks' and
+    tools' spelling of a variant)."""
+    fields = ("block_p", "num_warps", "n_cols", "num_stages")
+    values = text.split(":")
+    if not 3 <= len(values) <= 4:
+      raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages], got {text!r}")
+    return dataclasses.replace(self, **{f: int(v) for f, v in zip(fields, values)})
 
 
 # TileConfig by (nheads, headdim, dstate).
 _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
-    # Bolt: 32 elements of one p a thread, one row loaded ahead (BENCHMARKS.md, "Tiles").
-    (128, 64, 128): TileConfig(block_p=32, num_warps=4, prefetch=1, n_cols=32),
+    (128, 64, 128): TileConfig(block_p=32, num_warps=4, n_cols=64),
 }
 # Bolt's heads split over 2 devices: the same tiles, so that y is bitwise one device's.
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]

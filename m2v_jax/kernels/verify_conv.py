@@ -1,0 +1,204 @@
+"""The verify path's conv launch: conv and dt of a call's new rows, and the window's bookkeeping."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from m2v_jax import status
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import rowmath
+from m2v_jax.kernels import tiles as tiles_lib
+
+f32 = jnp.float32
+
+
+def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
+  """(safe entry, state_row (0 if rejected), num_rows, valid, rows to fold, pending rows,
+  `starts` bitmask) of sequence b, by `status.sequence_status`."""
+  entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
+  safe = status.safe_entry(entry, plan.E)
+  pending = pend_ref[safe] if plan.compact else jnp.int32(0)
+  starts = starts_ref[safe] if plan.compact else jnp.int32(0)
+  valid, _, n_fold = status.sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry, row,
+                                            n, pending, starts=starts, W=plan.cfg.window_rows)
+  return (safe, jnp.where(valid, row, 0), jnp.clip(n, 0, plan.R), valid, n_fold, pending,
+          starts)
+
+
+def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
+                 xbc_ref=None, dt_ref=None, w_ref, bias_ref, dtb_ref, conv_ref, last_ref=None,
+                 wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None, wxb_out_ref=None,
+                 wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref, prev_starts_ref=None,
+                 prev_origin_ref=None, plan):
+  """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B).
+
+  Refs (E pool entries, B sequences, RT scratch rows, K1 = K-1, Q = ring rows, XB = H*P + G*N):
+    idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
+    pend_ref, starts_ref, origin_ref  compact [E] int32   the window's bookkeeping (read only:
+                                          the SSM launch writes it)
+    xbc_ref [B, R, C], dt_ref [B, R, H]   the new rows, raw (absent in a fold)
+    w_ref [C, K], bias_ref [C], dtb_ref [H]   float32 conv taps (oldest first), conv bias,
+                                          dt_bias
+    conv_ref        snapshot [E, S, C, K1] slots; compact [E, C, K1] the conv state before the
+                    last call; aliased to conv_out_ref
+    last_ref        compact [E, cap, C]   the last call's raw rows; aliased to last_out_ref
+    wxb_ref, wdt_ref  compact [E, Q, XB], [E, Q, H]   the ring (x, B post-conv; dt); aliased
+                                          to wxb_out_ref, wdt_out_ref (only written here)
+  Outputs besides the aliased state:
+    xr_ref          [B, RT, C]            post-conv rows in the activation dtype (zero past
+                                          num_rows)
+    dtr_ref         [B, RT, H] f32        processed dt (zero past num_rows)
+    fold_ref        [B] int32             rows to fold, or -1: the call rejects the sequence
+    prev_starts_ref, prev_origin_ref  compact [B] int32   `starts` and `origin` before the
+                                          call (the SSM launch writes the new ones)
+
+  Each conv program owns block_c channels of one sequence and reads what it owns (the start
+  conv window) before writing it; the last program of a sequence owns its dt. The ring rows
+  written (the call's kept rows) are not among the rows the SSM launch folds
+  (`status.ring_origin`).
+  """
+  cfg = plan.cfg
+  K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
+  BC, cap, body, R = plan.block_c, plan.cap, plan.body, plan.R
+  n_cblocks = C // BC
+  n_xb_blocks = (cfg.d_inner + cfg.ngroups * cfg.dstate) // BC
+  triton = not plan.interpret
+
+  pid, b = pl.program_id(0), pl.program_id(1)
+  e, row, n, valid, n_fold, pending, starts = load_status(plan, b, idx_ref, row_ref, n_ref,
+                                                          pend_ref, starts_ref)
+  if plan.compact:
+    origin = origin_ref[e]
+    ring = lambda i: (origin + n_fold + i - body) % cfg.ring_rows     # kept row i's ring row
+
+  def kept(i, fn):                     # fn() for a kept, active row i
+    pl.when((i >= body) & (i < n))(fn)
+
+  @pl.when(valid & (pid < n_cblocks))
+  def _conv():
+    cs = pl.ds(pid * BC, BC)
+    taps = [w_ref[cs, k] for k in range(K1 + 1)]
+    bias = bias_ref[cs]
+    if plan.compact:
+      # The conv window after row `row` of the last call: its last K-1 of [conv | raw rows].
+      off = jnp.where(pending > 0, row + 1, 0)
+      win = []
+      for j in range(K1):
+        q = off + j
+        old = conv_ref[e, cs, jnp.clip(q, 0, K1 - 1)].astype(f32)
+        raw = last_ref[e, jnp.clip(q - K1, 0, cap - 1), cs].astype(f32)
+        win.append(jnp.where(q < K1, old, raw))
+    else:
+      win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
+    backend.barrier(plan.interpret)
+
+    def store_conv(window, *slot):
+      for j in range(K1):
+        conv_out_ref[(e,) + slot + (cs, j)] = window[j].astype(plan.conv_dtype)
+
+    if plan.compact and body == 0:
+      store_conv(win)
+    if not R:
+      return
+
+    def new_row(i, raw, prev):
+      v = raw.astype(f32)
+      out = rowmath.conv_output(taps, list(prev) + [v], bias, plan.y_dtype, triton)
+      xr_ref[b, i, cs] = jnp.where(i < n, out, 0.0).astype(xr_ref.dtype)
+      nxt = list(prev[1:]) + [v]     # past num_rows, only rows whose stores are skipped use it
+      if plan.compact:
+        def store_window():
+          last_out_ref[e, i - body, cs] = raw.astype(last_out_ref.dtype)
+
+          @pl.when(pid < n_xb_blocks)
+          def _():
+            wxb_out_ref[e, ring(i), cs] = out.astype(wxb_out_ref.dtype)
+
+        kept(i, store_window)
+        if body:
+          pl.when(i == body - 1)(lambda: store_conv(nxt))
+      else:
+        kept(i, lambda: store_conv(nxt, i - body))
+      return nxt
+
+    if R <= cap:
+      raws = [xbc_ref[b, i, cs] for i in range(R)]      # every load ahead of the stores
+      for i in range(R):
+        win = new_row(i, raws[i], win)
+    else:
+      lax.fori_loop(0, R, lambda i, w: new_row(i, xbc_ref[b, i, cs], w), win)
+    zeros = jnp.zeros((BC,), xr_ref.dtype)
+    for i in range(R, plan.RT):
+      xr_ref[b, i, cs] = zeros
+
+  @pl.when(pid == n_cblocks)
+  def _dt():
+    fold_ref[b] = jnp.where(valid, n_fold, -1)
+    if plan.compact:
+      prev_starts_ref[b] = starts
+      prev_origin_ref[b] = origin
+    if not R:
+      return
+    BH = tiles_lib.pow2_divisor(H, 128)
+
+    @pl.when(valid)
+    def _():
+      for hb in range(H // BH):
+        hs = pl.ds(hb * BH, BH)
+        bias = dtb_ref[hs]
+
+        def row_dt(i, raw):
+          dtp = rowmath.process_dt(raw.astype(f32), bias, cfg.dt_limit)
+          dtp = jnp.where(i < n, dtp, 0.0)
+          dtr_ref[b, i, hs] = dtp
+          if plan.compact:
+            def store_window():
+              wdt_out_ref[e, ring(i), hs] = dtp
+            kept(i, store_window)
+
+        if R <= cap:
+          raws = [dt_ref[b, i, hs] for i in range(R)]
+          for i in range(R):
+            row_dt(i, raws[i])
+        else:
+          lax.fori_loop(0, R, lambda i, c: (row_dt(i, dt_ref[b, i, hs]), c)[1], 0)
+        for i in range(R, plan.RT):
+          dtr_ref[b, i, hs] = jnp.zeros((BH,), f32)
+
+
+def conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
+  """Runs the conv launch of `plan` (a `verify.Plan`). Returns its outputs by name
+  (`_conv_kernel`)."""
+  cfg = plan.cfg
+  C, H, K1, E, cap = cfg.conv_dim, cfg.nheads, cfg.d_conv - 1, plan.E, plan.cap
+  sds = jax.ShapeDtypeStruct
+  compact, B = plan.compact, plan.B
+  i32 = jnp.int32
+  return backend.pallas_call(
+      lambda **refs: _conv_kernel(**refs, plan=plan),
+      inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
+                  pend_ref=state.pending if compact else None,
+                  starts_ref=state.starts if compact else None,
+                  origin_ref=state.origin if compact else None,
+                  xbc_ref=xbc if plan.R else None, dt_ref=dt if plan.R else None,
+                  w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
+                  conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
+                  wxb_ref=state.win_xb if compact else None,
+                  wdt_ref=state.win_dt if compact else None),
+      outputs=dict(conv_out_ref=sds(state.conv.shape, plan.conv_dtype),
+                   last_out_ref=sds(state.last_xbc.shape, state.last_xbc.dtype) if compact else None,
+                   wxb_out_ref=sds(state.win_xb.shape, state.win_xb.dtype) if compact else None,
+                   wdt_out_ref=sds(state.win_dt.shape, f32) if compact else None,
+                   xr_ref=sds((B, plan.RT, C), plan.y_dtype) if plan.R else None,
+                   dtr_ref=sds((B, plan.RT, H), f32) if plan.R else None,
+                   fold_ref=sds((B,), i32),
+                   prev_starts_ref=sds((B,), i32) if compact else None,
+                   prev_origin_ref=sds((B,), i32) if compact else None),
+      aliases=dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",
+                   wdt_ref="wdt_out_ref"),
+      grid=(C // plan.block_c + 1, B),
+      num_warps=plan.tiles.prep_warps, num_stages=1, interpret=plan.interpret,
+      name=f"m2v_conv_{cfg.replay_mode}_r{plan.R}")
