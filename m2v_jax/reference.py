@@ -162,19 +162,31 @@ def _n_rows(num_rows, Bsz, R):
 _PRODUCTS = backend.Products(exact_rows=False, tensor_cores=False)
 
 
-def _fold_one(S, x, b, dt, A, valid, r):
-  return dual.fold([S], x, [b], dt, A, valid, r, _PRODUCTS)[0]
-
-
 def _outputs_one(S, x, b, c, dt, A, D, valid):
   return dual.outputs([S], x, [b], [c], dt, A, D, valid, _PRODUCTS)
 
 
-# Over heads (A, D per head; valid and r per sequence), then over sequences.
-_fold_all = jax.vmap(jax.vmap(_fold_one, in_axes=(0, 0, 0, 0, 0, None, None)),
-                     in_axes=(0, 0, 0, 0, None, 0, 0))
+# Over heads (A, D per head; valid per sequence), then over sequences: y [B, H, P, KT].
 _outputs_all = jax.vmap(jax.vmap(_outputs_one, in_axes=(0, 0, 0, 0, 0, 0, 0, None)),
                         in_axes=(0, 0, 0, 0, 0, None, None, 0))
+
+
+def _advance(params, S, x, bm, dt, active, began=None, state_dtype=f32):
+  """The state S [B, H, P, N] f32 after rows x [B, L, H, P], bm [B, L, H, N], dt [B, L, H]
+  (f32), one `rowmath.state_update` each where `active` [B, L]; with `began` [B, L], a
+  16-bit state is rounded before each row that began a call. Returns (the final state, the
+  state after every row [B, L, H, P, N])."""
+  def step(S, inp):
+    xr, br, dr, act, bg = inp
+    if bg is not None and jnp.dtype(state_dtype) != f32:
+      S = jnp.where(bg[:, None, None, None], round_state(S, state_dtype), S)
+    dA = rowmath.decay(dr, params.A_log)[..., None, None]
+    new = rowmath.state_update(S, dA, (dr[..., None] * xr)[..., None], br[..., None, :])
+    S = jnp.where(act[:, None, None, None], new, S)
+    return S, S
+  sw = lambda a: None if a is None else jnp.swapaxes(a, 0, 1)
+  S, states = lax.scan(step, S, (sw(x), sw(bm), sw(dt), sw(active), sw(began)))
+  return S, jnp.swapaxes(states, 0, 1)
 
 
 def _split_rows(cfg, v, dt):
@@ -228,39 +240,37 @@ def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
   Bsz = S.shape[0]
   kt = jnp.arange(KT)
 
-  def tile(t0, L):
+  def segment(S, t0, L, states=False):
+    """y rows t0 .. t0 + L - 1 [B, L, H*P] from S, and the state after each row."""
     x, bm, cm, d = _split_rows(cfg, _tile(post, t0, KT), _tile(dtp, t0, KT))
-    return x, bm, cm, d, (kt[None, :] < L) & (t0 + kt[None, :] < n[:, None])
-
-  def y_rows(S, x, bm, cm, d, live, L):         # [B, L, H*P]
-    y = _outputs_all(S, x, bm, cm, d, A, D, live)                         # [B, H, P, KT]
-    return jnp.transpose(y, (0, 3, 1, 2))[:, :L].reshape(Bsz, L, cfg.d_inner)
-
-  def segment(S, t0, L):
-    x, bm, cm, d, live = tile(t0, L)
-    return (_fold_all(S, x, bm, d, A, live, jnp.full((Bsz,), L - 1)),
-            y_rows(S, x, bm, cm, d, live, L))
+    live = (kt[None, :] < L) & (t0 + kt[None, :] < n[:, None])
+    y = _outputs_all(S, x, bm, cm, d, A, D, live)                           # [B, H, P, KT]
+    y = jnp.transpose(y, (0, 3, 1, 2))[:, :L].reshape(Bsz, L, cfg.d_inner)
+    sw = lambda a: jnp.swapaxes(a, 1, 2)[:, :L]                              # [B, L, H, ...]
+    S, all_states = _advance(params, S, sw(x), sw(bm), jnp.swapaxes(d, 1, 2)[:, :L],
+                             live[:, :L])
+    return S, y, all_states
 
   ys = []
   full = body // cap
   if full:
-    S, yb = lax.scan(lambda S, j: segment(S, j * cap, cap), S, jnp.arange(full))
+    def loop(S, j):
+      S, y, _ = segment(S, j * cap, cap)
+      return S, y
+    S, yb = lax.scan(loop, S, jnp.arange(full))
     ys.append(jnp.swapaxes(yb, 0, 1).reshape(Bsz, full * cap, cfg.d_inner))
   if body % cap:
-    S, y = segment(S, full * cap, body % cap)
+    S, y, _ = segment(S, full * cap, body % cap)
     ys.append(y)
   if body:
     S = round_state(S, state_dtype)
-  L = min(R, cap)
-  x, bm, cm, d, live = tile(body, L)
-  ys.append(y_rows(S, x, bm, cm, d, live, L))
-  states = (jnp.stack([_fold_all(S, x, bm, d, A, live, jnp.full((Bsz,), r)) for r in range(L)],
-                      axis=1) if slots else None)
+  _, y, states = segment(S, body, min(R, cap))
+  ys.append(y)
   y = jnp.concatenate(ys, axis=1)
   if z is not None:
     y = rowmath.gate(y, z.astype(f32))
   y = jnp.where((jnp.arange(R)[None, :] < n[:, None])[..., None], y, 0.0)
-  return y, S, states, wins, post, dtp
+  return y, S, states if slots else None, wins, post, dtp
 
 
 def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
@@ -299,33 +309,23 @@ def _window_status(cfg, state: CompactState, state_row, safe):
 
 
 def fold(cfg, params, state: CompactState, state_row, safe):
-  """Folds the pending rows up to `state_row` of the last call into the base, one call's
-  segment at a time, as the SSM kernel does: the start state of the next call.
+  """Folds the pending rows up to `state_row` of the last call into the base, row by row, as
+  the SSM kernel does: the start state of the next call.
 
   Returns (ssm [B, H, P, N] f32 (rounded as the pool stores it), conv [B, C, K-1] f32: the
   conv window after that row, n_fold [B] int32). With nothing pending: the base itself.
   """
   n_fold, starts, pending, origin = _window_status(cfg, state, state_row, safe)
-  Q, KT, W = cfg.ring_rows, dual.tile_rows(cfg.capacity), cfg.window_rows
-  A = -jnp.exp(params.A_log)
-  j = jnp.arange(32)[None, :]
-  live = j < n_fold[:, None]
-  bits = jnp.where(live, (starts[:, None] >> j) & 1, 0)
-  seg = jnp.cumsum(bits, axis=1)
-  count = jnp.sum(bits, axis=1)
-  ring_xb, ring_dt = state.win_xb[safe], state.win_dt[safe]
-
-  def step(i, S):
-    s0 = jnp.sum(jnp.where(live & (seg <= i), 1, 0), axis=1)
-    L = jnp.sum(jnp.where(live & (seg == i + 1), 1, 0), axis=1)
-    rows = (origin[:, None] + s0[:, None] + jnp.arange(KT)[None, :]) % Q      # [B, KT]
-    take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
-    x, bm, _, d = _split_rows(cfg, take(ring_xb), take(ring_dt))
-    valid = jnp.arange(KT)[None, :] < L[:, None]
-    new = round_state(_fold_all(S, x, bm, d, A, valid, L - 1), state.ssm.dtype)
-    return jnp.where((i < count)[:, None, None, None], new, S)
-
-  S = lax.fori_loop(0, W, step, state.ssm[safe].astype(f32))
+  W = cfg.window_rows
+  j = jnp.arange(W)[None, :]
+  rows = (origin[:, None] + j) % cfg.ring_rows                                # [B, W]
+  take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
+  x, bm, _, d = _split_rows(cfg, take(state.win_xb[safe]), take(state.win_dt[safe]))
+  sw = lambda a: jnp.swapaxes(a, 1, 2)
+  began = (((starts[:, None] >> j) & 1) > 0) & (j > 0) if cfg.deferred else None
+  S, _ = _advance(params, state.ssm[safe].astype(f32), sw(x), sw(bm), sw(d),
+                  j < n_fold[:, None], began, state.ssm.dtype)
+  S = round_state(S, state.ssm.dtype)
   # The conv window after `state_row` of the last call: the last K-1 of [conv | raw rows].
   K1 = cfg.d_conv - 1
   raw = jnp.concatenate([jnp.swapaxes(state.conv[safe], 1, 2).astype(f32),

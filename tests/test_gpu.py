@@ -10,10 +10,9 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import reference
-from m2v_jax.kernels import backend
+from m2v_jax.kernels import backend, rowmath
 from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
 from tests.test_compact import Pair
-from tests.test_snapshot import ONE_ROW_BOUND
 from tests.test_prefill import PRECISION_BOUND, check_chunked_pool
 from tests.test_pools import (SHARDED_VARIANTS, PoolPair, check_nan_isolation,
                               check_reused_entry, check_sharded_mixer, check_sharded_verify)
@@ -22,26 +21,64 @@ pytestmark = pytest.mark.gpu
 BOLT = m.BOLT
 
 
+def fma_f32(a, b, c):
+  """Correctly rounded float32 a * b + c (one rounding, ties to even), computed exactly."""
+  from fractions import Fraction
+  out = np.empty(a.shape, np.float32)
+  for i, (x, y, z) in enumerate(zip(a.ravel(), b.ravel(), c.ravel())):
+    exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+    near = np.float32(float(exact))
+    cands = [near, np.nextafter(near, np.float32(-np.inf)), np.nextafter(near, np.float32(np.inf))]
+    err = [abs(Fraction(float(v)) - exact) for v in cands]
+    best = min(err)
+    ties = [v for v, e in zip(cands, err) if e == best]
+    out.flat[i] = min(ties, key=lambda v: int(np.asarray(v).view(np.uint32)) & 1)
+  return out
+
+
+def test_rounding_policy_canary():
+  """The compiled state update is one fused multiply-add, st * dA + (dt x) * B with the
+  product (dt x) * B rounded on its own, bitwise; the inputs separate it from the unfused
+  expression."""
+  rng = np.random.default_rng(0)
+  st, b = (rng.normal(size=s).astype(np.float32) for s in ((64, 128), (128,)))
+  dA, dtx = np.float32(rng.uniform(0.5, 1.0)), rng.normal(size=64).astype(np.float32)
+
+  def kernel(*, st_ref, da_ref, dtx_ref, b_ref, o_ref):
+    o_ref[...] = rowmath.state_update(st_ref[...], da_ref[0], dtx_ref[...][:, None],
+                                      b_ref[...][None, :], backend.fma(False))
+
+  out = backend.pallas_call(
+      kernel, inputs=dict(st_ref=st, da_ref=jnp.asarray([dA]), dtx_ref=dtx, b_ref=b),
+      outputs=dict(o_ref=jax.ShapeDtypeStruct((64, 128), jnp.float32)), grid=(1,),
+      num_warps=4, num_stages=1, interpret=False, name="canary")["o_ref"]
+  prod = dtx[:, None] * b[None, :]                          # float32, rounded on its own
+  fused = fma_f32(st, np.broadcast_to(dA, st.shape), prod)
+  unfused = st * dA + prod                                 # NumPy rounds each op
+  assert np.count_nonzero(fused != unfused) > 0, "inputs do not separate the two policies"
+  assert_bitwise(out, fused, "state update vs one fused multiply-add")
+
+
 @pytest.mark.parametrize("act", [jnp.bfloat16, jnp.float32])
 def test_products_canary(act):
-  """The compiled dual-form products are float32-accurate (SPEC: the TF32 head-and-tail
-  split with 16-bit activations, 3-pass TF32 with float32 ones): C . S^T of a Bolt head
-  within 1e-6 of float64, where one TF32 pass of the same operands is off by more than 1e-5
-  (so the test would see a precision fall back to it)."""
+  """The compiled dual-form products are float32-accurate (the TF32 head-and-tail split
+  with 16-bit activations, 3-pass TF32 with float32 ones): S . C^T of a Bolt head within
+  1e-6 of float64, where one TF32 pass of the same operands is off by more than 1e-5 (so
+  the test would see a precision fall back to it)."""
   rng = np.random.default_rng(0)
   s = rng.normal(size=(64, 128)).astype(np.float32)
   c = np.asarray(jnp.asarray(rng.normal(size=(8, 128)), act).astype(jnp.float32))
-  want = c.astype(np.float64) @ s.astype(np.float64).T
+  want = s.astype(np.float64) @ c.astype(np.float64).T
   mm = backend.Products(exact_rows=act != jnp.float32, tensor_cores=True)
 
-  def kernel(*, c_ref, s_ref, o_ref, t_ref):
-    o_ref[...] = mm.state(c_ref[...], s_ref[...])
-    t_ref[...] = jax.lax.dot_general(c_ref[...], s_ref[...], (((1,), (1,)), ((), ())),
+  def kernel(*, s_ref, c_ref, o_ref, t_ref):
+    o_ref[...] = mm.state(s_ref[...], c_ref[...])
+    t_ref[...] = jax.lax.dot_general(s_ref[...], c_ref[...], (((1,), (1,)), ((), ())),
                                      precision=jax.lax.DotAlgorithmPreset.TF32_TF32_F32,
                                      preferred_element_type=jnp.float32)
 
-  sds = jax.ShapeDtypeStruct((8, 64), jnp.float32)
-  out = backend.pallas_call(kernel, inputs=dict(c_ref=jnp.asarray(c), s_ref=jnp.asarray(s)),
+  sds = jax.ShapeDtypeStruct((64, 8), jnp.float32)
+  out = backend.pallas_call(kernel, inputs=dict(s_ref=jnp.asarray(s), c_ref=jnp.asarray(c)),
                             outputs=dict(o_ref=sds, t_ref=sds), grid=(1,), num_warps=4,
                             num_stages=1, interpret=False, name="canary")
   err = lambda a: np.linalg.norm(np.asarray(a, np.float64) - want) / np.linalg.norm(want)
@@ -101,7 +138,7 @@ def test_bolt_one_call_equals_row_calls(mode):
                "y")
   a = m.committed_state(cfg, p, whole, [7], backend="pallas")
   b = m.committed_state(cfg, p, single, [0], backend="pallas")
-  assert_close(a[0], b[0], ONE_ROW_BOUND, "ssm")
+  assert_bitwise(a[0], b[0], "ssm: the states advance row by row in both")
   assert_bitwise(a[1], b[1], "conv")
 
 

@@ -168,9 +168,9 @@ class SnapshotChecks:
   @pytest.mark.parametrize("R,dstate", [(8, 16), (5, 16), (8, 64)])
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])
   def test_one_call_of_R_rows_equals_R_calls_of_one_row(self, mode, R, dstate):
-    """To float32 rounding (the dual form reads y of a call's rows from its start state);
-    the conv states bitwise. R=8 stores y as one tile, R=5 row by row; dstate=64 spans
-    several state chunks."""
+    """y to float32 rounding (the dual form reads y of a call's rows from its start state);
+    the states bitwise (they advance row by row in both). R=8 stores y as one tile, R=5 row
+    by row; dstate=64 spans several state chunks."""
     cfg = small_cfg(mode=mode, dstate=dstate)
     p = m.random_params(cfg, 13)
     rng = np.random.default_rng(13)
@@ -191,7 +191,7 @@ class SnapshotChecks:
       ys.append(np.asarray(y))
     assert_close(np.concatenate(ys, axis=1), y_all, ONE_ROW_BOUND, "y")
     got = m.committed_state(cfg, p, single, np.zeros(B, np.int32), backend=self.backend)
-    assert_close(got[0], want[0], ONE_ROW_BOUND, "ssm")
+    assert_bitwise(got[0], want[0], "ssm")
     assert_bitwise(got[1], want[1], "conv")
 
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])

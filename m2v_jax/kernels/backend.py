@@ -17,6 +17,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plt
 
+from m2v_jax.kernels import rowmath
+
 
 DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
 
@@ -85,6 +87,28 @@ def barrier(interpret: bool) -> None:
   """
   if not interpret:
     plt.debug_barrier()
+
+
+def fma(interpret: bool):
+  """The multiply-add of the kernels' state update: `fma(a, b, c) = a * b + c`.
+
+  Compiled: one `fma.rn.f32` (a single rounding), by inline PTX, since the Triton lowering
+  has no fused multiply-add and contracts nothing itself. Interpret mode: JAX has no fused
+  multiply-add, so a * b + c with two roundings (`rowmath.unfused`), the same as the
+  jax.numpy reference.
+  """
+  if interpret:
+    return rowmath.unfused
+
+  def fused(a, b, c):
+    a, b, c = (jnp.asarray(v, jnp.float32) for v in (a, b, c))
+    shape = jnp.broadcast_shapes(a.shape, b.shape, c.shape)
+    a, b, c = (jnp.broadcast_to(v, shape) for v in (a, b, c))
+    return plt.elementwise_inline_asm(
+        "fma.rn.f32 $0, $1, $2, $3;", args=[a, b, c], constraints="=f,f,f,f", pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(shape, jnp.float32)])[0]
+
+  return fused
 
 
 # The chunked prefill's products at each `Mamba2Config.prefill_precision`, compiled: 3-pass

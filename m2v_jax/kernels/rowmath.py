@@ -110,16 +110,23 @@ def decay(dt, a_log):
   return jnp.exp(dt * -jnp.exp(a_log))
 
 
-def state_update(st, dA, dtx, b):
-  """st * dA + dtx * b: one row of the serial SSM recurrence (the outer product dtx ⊗ b).
+def unfused(a, b, c):
+  """a * b + c with the product rounded on its own (what JAX computes for `a * b + c`)."""
+  return a * b + c
+
+
+def state_update(st, dA, dtx, b, fma=unfused):
+  """st * dA + dtx * b: one row of the SSM recurrence (the outer product dtx ⊗ b).
 
   Args:
     st: state, float32, with a P axis and an N axis.
     dA: decay, broadcastable to `st` (a scalar per head).
     dtx: dt * x, broadcast along the N axis of `st` (e.g. [..., P, 1]).
     b: B row of the head's group, broadcast along the P axis (e.g. [..., 1, N]).
+    fma: how `st * dA + (dtx * b)` is rounded: `unfused`, or the compiled kernels' fused
+      multiply-add (`kernels.backend.fma`).
   """
-  return st * dA + dtx * b
+  return fma(st, dA, dtx * b)
 
 
 def readout(st, c, d, x):

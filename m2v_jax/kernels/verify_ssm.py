@@ -15,19 +15,8 @@ from m2v_jax.kernels import rowmath
 f32 = jnp.float32
 
 
-def window_segments(starts, n_fold):
-  """(segments, start and length of segment i as a function of i) of the pending rows
-  [0, n_fold), which the `starts` bitmask cuts where a call began."""
-  j = lax.broadcasted_iota(jnp.int32, (32,), 0)
-  live = j < n_fold
-  bits = jnp.where(live, (starts >> j) & 1, 0)
-  seg = jnp.cumsum(bits)                         # 1 + the segment of row j
-
-  def segment(i):
-    return (jnp.sum(jnp.where(live & (seg <= i), 1, 0)),
-            jnp.sum(jnp.where(live & (seg == i + 1), 1, 0)))
-
-  return jnp.sum(bits), segment
+# Window rows folded per group of loads (all of a group's loads are issued before its rows).
+FOLD_GROUP = 8
 
 
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
@@ -53,11 +42,12 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
                                           written here)
     y_ref           [B, R, H*P]           y (absent in a fold)
 
-  The state is held as N / n_cols chunks [block_p, n_cols]. Compact mode first folds the
-  pending rows, one call's segment at a time (`dual.fold`, a loop whose trip count is the
-  number of segments), rounding a 16-bit state after each as snapshot mode stored it. Then
-  the new rows' segments: y from each segment's start state (`dual.outputs`), the state
-  after a body segment, and, in snapshot mode, the state after every kept row (its slot).
+  The state is held as N / n_cols chunks [block_p, n_cols]. It advances row by row with
+  one fused multiply-add per element (`rowmath.state_update`), the same in both modes:
+  compact mode folds its pending rows (rounding a 16-bit state where a call began, and
+  after the fold, as snapshot mode stored those states), snapshot mode stores the state
+  after every kept row. y of each segment of new rows comes from the segment's start state
+  in the dual form (`dual.outputs`).
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
@@ -65,6 +55,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
   BP, NC = plan.block_p, plan.n_cols
   chunks = [pl.ds(k * NC, NC) for k in range(N // NC)]
   mm = backend.Products(plan.exact_rows, tensor_cores=not plan.interpret)
+  fma = backend.fma(plan.interpret)
   triton = not plan.interpret
 
   pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -77,16 +68,20 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
   A, D = -jnp.exp(alog_ref[h]), d_ref[h]
   ps = pl.ds(pid_p * BP, BP)
   xcols = pl.ds(h * P + pid_p * BP, BP)
+  bcols = [pl.ds(HP + g * N + c.start, NC) for c in chunks]
   kt = lax.broadcasted_iota(jnp.int32, (KT,), 0)
 
-  def tile(src_ref, dt_src, rows, with_c):
-    """x [KT, BP], B (and C) chunks [KT, NC] as float32, dt [KT] of the rows `rows` (a
-    slice, or a vector of ring rows) of sequence or entry `src`."""
-    x = src_ref[rows + (xcols,)].astype(f32)
-    bm = [src_ref[rows + (pl.ds(HP + g * N + c.start, NC),)].astype(f32) for c in chunks]
-    cm = ([src_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32)
-           for c in chunks] if with_c else None)
-    return x, bm, cm, dt_src[rows + (h,)]
+  def row(src_ref, dt_ref, *at):
+    """One row's x [BP, 1], B chunks [1, NC] (float32) and processed dt."""
+    lead, r = at[:-1], at[-1]
+    x = src_ref[lead + (r, xcols)].astype(f32)[:, None]
+    bm = [src_ref[lead + (pl.ds(r, 1), c)].astype(f32) for c in bcols]
+    return x, bm, dt_ref[lead + (r, h)]
+
+  def update(S, x, bm, dtv):
+    dtx = dtv * x
+    da = jnp.exp(dtv * A)
+    return [rowmath.state_update(s, da, dtx, bc, fma) for s, bc in zip(S, bm)]
 
   def rounded(S):                      # the value a store then a load would give
     return [rowmath.stored(s, plan.state_dtype, triton) for s in S]
@@ -95,11 +90,17 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     for c, s in zip(chunks, S):
       ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
-  def store_y(y, t0, L):
-    """y rows t0 .. t0 + L - 1 (L static) of the call from the segment's y [BP, KT]
-    (rows at or past num_rows get 0), gated."""
+  def segment_y(S, t0, L):
+    """y of new rows t0 .. t0 + L - 1 (L static) from their start state S, stored (rows at
+    or past num_rows get 0, gated)."""
+    rows = (b, pl.ds(t0, KT))
+    x = xr_ref[rows + (xcols,)].astype(f32)
+    bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
+    cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
+    live = (kt < L) & (t0 + kt < n)
+    y = dual.outputs(S, x, bm, cm, dtr_ref[rows + (h,)], A, D, live, mm)     # [BP, KT]
     if not body and R == KT and not plan.has_z:
-      y_ref[b, pl.ds(0, KT), xcols] = jnp.where((kt < n)[None, :], y, 0.0).T.astype(y_ref.dtype)
+      y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, KT), 1)
     for t in range(L):
@@ -108,46 +109,60 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         yt = rowmath.gate(yt, z_ref[b, t0 + t, xcols].astype(f32))
       y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
 
+  def new_rows(S, t0, L, store):
+    """The state after each new row t0 .. t0 + L - 1 (L static); `store(S, i)` after row i."""
+    for i in range(L):
+      S = update(S, *row(xr_ref, dtr_ref, b, t0 + i))
+      if store:
+        store(S, i)
+    return S
+
   @pl.when(valid)
   def _run():
     slot = () if plan.compact else (row_ref[b],)
     S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
-      count, segment = window_segments(starts, n_fold)
+      group = min(FOLD_GROUP, cfg.window_rows)
 
-      def fold_segment(i, S):
-        s0, L = segment(i)
-        rows = (origin + s0 + kt) % cfg.ring_rows
-        x, bm, _, dtv = tile(wxb_ref, wdt_ref, (e, rows), False)
-        return rounded(dual.fold(S, x, bm, dtv, A, kt < L, L - 1, mm))
+      def fold_group(gi, S):
+        for j in range(group):
+          r = gi * group + j
 
-      S = lax.fori_loop(0, count, fold_segment, S)
+          def fold_row(S, r=r):
+            if plan.state_dtype != f32 and cfg.deferred:
+              began = (((starts >> r) & 1) > 0) & (r > 0)     # a later call's first row
+              S = [jnp.where(began, v, s) for v, s in zip(rounded(S), S)]
+            return update(S, *row(wxb_ref, wdt_ref, e, (origin + r) % cfg.ring_rows))
+
+          S = lax.cond(r < n_fold, fold_row, lambda S: S, S)
+        return S
+
+      if cfg.window_rows <= group:
+        S = fold_group(0, S)
+      else:
+        S = lax.fori_loop(0, (n_fold + group - 1) // group, fold_group, S)
+      S = rounded(S)
       flush = status.flushes(cfg, R, n_fold, n)
       if not body:
         pl.when((n_fold > 0) & flush)(lambda: store_state(S))
 
       @pl.when((pid_p == 0) & (h == 0))
       def _():
-        woff, new_pending, new_starts = status.window_after(cfg, R, n_fold, n, starts, flush)
-        del woff
+        _, new_pending, new_starts = status.window_after(cfg, R, n_fold, n, starts, flush)
         pend_out_ref[e] = new_pending
         starts_out_ref[e] = new_starts
         origin_out_ref[e] = status.ring_origin(cfg, origin, n_fold, flush)
     if not R:
       return
 
-    def new_tile(t0, L):
-      x, bm, cm, dtv = tile(xr_ref, dtr_ref, (b, pl.ds(t0, KT)), True)
-      return x, bm, cm, dtv, (kt < L) & (t0 + kt < n)
-
-    def body_segment(t0, L, S):
-      x, bm, cm, dtv, live = new_tile(t0, L)
-      store_y(dual.outputs(S, x, bm, cm, dtv, A, D, live, mm), t0, L)
-      return dual.fold(S, x, bm, dtv, A, live, L - 1, mm)
-
     if body:
       full = body // cap
+
+      def body_segment(t0, L, S):
+        segment_y(S, t0, L)
+        return new_rows(S, t0, L, None)
+
       if full:
         S = lax.fori_loop(0, full, lambda j, S: body_segment(j * cap, cap, S), S)
       if body % cap:
@@ -156,13 +171,12 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       if plan.compact:
         store_state(S)
 
-    x, bm, cm, dtv, live = new_tile(body, min(R, cap))
-    store_y(dual.outputs(S, x, bm, cm, dtv, A, D, live, mm), body, min(R, cap))
+    L = min(R, cap)
+    segment_y(S, body, L)
     if not plan.compact:
-      for r in range(min(R, cap)):
-        def store_slot(r=r):
-          store_state(dual.fold(S, x, bm, dtv, A, live, r, mm), r)
-        pl.when(body + r < n)(store_slot)
+      def store_slot(S, i):
+        pl.when(body + i < n)(lambda: store_state(S, i))
+      new_rows(S, body, L, store_slot)
 
   if R:
     @pl.when(~valid)
