@@ -44,7 +44,7 @@ def log_decay(dt, A, valid):
   return cum
 
 
-def outputs(S, x, b, c, dt, A, D, valid, mm):
+def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None):
   """y of every row of the segment from its start state S, without the gate.
 
   Args:
@@ -55,12 +55,13 @@ def outputs(S, x, b, c, dt, A, D, valid, mm):
     A, D: the head's A = -exp(A_log) and D.
     valid: [KT] bool, the segment's real rows.
     mm: `Products`.
+    cum: `log_decay(dt, A, valid)` when the caller has it (the kernels sum scalars).
 
   Returns:
     y [BP, KT] float32 (column t: row t); rows that are not `valid` hold values to drop.
   """
   KT = x.shape[0]
-  cum = log_decay(dt, A, valid)
+  cum = log_decay(dt, A, valid) if cum is None else cum
   k, t = _iota(KT, 0, (KT, KT)), _iota(KT, 1, (KT, KT))
   causal = (k <= t) & valid[:, None]
   xk = jnp.where(valid[:, None], x, 0.0)

@@ -74,8 +74,8 @@ class TileConfig:
 # TileConfig by (nheads, headdim, dstate).
 _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
     # Bolt: one program per head (a warpgroup: the y product runs as wgmma), state chunks
-    # of 32 columns (BENCHMARKS.md, "Tiles").
-    (128, 64, 128): TileConfig(block_p=64, num_warps=4, n_cols=32),
+    # of 64 columns (BENCHMARKS.md, "Tiles").
+    (128, 64, 128): TileConfig(block_p=64, num_warps=4, n_cols=64),
 }
 # Bolt's heads split over 2 devices: the same tiles, so that y is bitwise one device's.
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
