@@ -18,13 +18,14 @@ flags.DEFINE_integer("window", None, "compact deferred-commit window")
 flags.DEFINE_integer("rows", 20, "rows of the first call (a prefill when above 8)")
 flags.DEFINE_integer("repeats", 2, "runs of each mode (a run-to-run difference is a race)")
 flags.DEFINE_string("backend", None, "backend (default: pallas on a GPU)")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"], "activation dtype")
 
 
 def run(cfg, p, xbc, dt):
-  state = m.init_state(cfg, xbc.shape[0], jnp.float32, state_dtype=FLAGS.state_dtype)
+  state = m.init_state(cfg, xbc.shape[0], xbc.dtype, state_dtype=FLAGS.state_dtype)
   fn = m.prefill if xbc.shape[1] > cfg.capacity else m.verify
   y, state = fn(cfg, p, state, xbc, dt, np.zeros(xbc.shape[0], np.int32), backend=FLAGS.backend)
-  return np.asarray(y), np.asarray(state.ssm.astype(jnp.float32))
+  return np.asarray(y.astype(jnp.float32)), np.asarray(state.ssm.astype(jnp.float32))
 
 
 def main(argv):
@@ -33,8 +34,8 @@ def main(argv):
   p = m.random_params(snap, 32)
   rng = np.random.default_rng(32)
   B, R = 3, FLAGS.rows
-  xbc = jnp.asarray(rng.normal(size=(B, R, snap.conv_dim)), jnp.float32)
-  dt = jnp.asarray(rng.normal(-0.5, 1.5, size=(B, R, snap.nheads)), jnp.float32)
+  xbc = jnp.asarray(rng.normal(size=(B, R, snap.conv_dim)), FLAGS.dtype)
+  dt = jnp.asarray(rng.normal(-0.5, 1.5, size=(B, R, snap.nheads)), FLAGS.dtype)
   out = {}
   for mode in ("snapshot", "compact"):
     runs = [run(snap.replace(replay_mode=mode), p, xbc, dt) for _ in range(FLAGS.repeats)]

@@ -131,11 +131,13 @@ class Products:
   """The float32-accurate products of the verify kernels' dual form (`kernels.dual`), on 2-D
   tiles, float32 accumulation.
 
-  Compiled, on the tensor cores: an operand that is exact in TF32 (x, B and C of 16-bit
-  activations) enters one pass as it is; a float32 operand is split into a TF32 head (its
-  leading 11 bits) and tail (the rest), two one-pass TF32 products whose float32 sum carries
-  about 22 bits; with float32 activations (nothing exact) Triton's 3-pass TF32. Otherwise
-  (interpret mode, the jax.numpy reference): float32 products by XLA (`Precision.HIGHEST`).
+  Compiled, on the tensor cores, every operand of every pass is exactly representable in
+  TF32, so no conversion the compiler picks (rounding or truncating the low bits) can change
+  a product: x, B and C of 16-bit activations are exact as they are; a float32 operand is
+  split into a head (its leading 11 bits) and a middle part (the next 11), and the passes
+  sum head and middle products (two passes, or three when both operands are float32, with
+  float32 activations). What is dropped is below 2^-22 of each operand. Otherwise (interpret
+  mode, the jax.numpy reference): float32 products by XLA (`Precision.HIGHEST`).
 
   Args:
     exact_rows: whether the activations are 16-bit (x, B and C exact in TF32).
@@ -146,37 +148,45 @@ class Products:
     self.exact_rows, self.tensor_cores = exact_rows, tensor_cores
 
   def _dot(self, a, b, dims, split, acc):
-    """acc + a . b with `dims` contracting dims; `split`: which operand ("a", "b") is
-    float32 and split when the other is exact in TF32. Each pass is added to the running
-    sum as `sum + dot`, which Triton folds into the tensor-core accumulator."""
+    """acc + a . b with `dims` contracting dims; `split`: the operands that are float32
+    ("a", "b"; with float32 activations the rows are float32 too). Each pass is added to the
+    running sum as `sum + dot` (small parts first), which Triton folds into the
+    tensor-core accumulator."""
     dn = (dims, ((), ()))
-    mm = lambda u, v, prec: lax.dot_general(u, v, dn, precision=prec,
-                                            preferred_element_type=jnp.float32)
     add = lambda total, part: part if total is None else total + part
     if not self.tensor_cores:
-      return add(acc, mm(a, b, lax.Precision.HIGHEST))
-    if not self.exact_rows:
-      return add(acc, mm(a, b, lax.DotAlgorithmPreset.TF32_TF32_F32_X3))
-    one = lax.DotAlgorithmPreset.TF32_TF32_F32
-    if split is None:
-      return add(acc, mm(a, b, one))
-    if split == "a":
-      head = _tf32_head(a)
-      return add(add(acc, mm(a - head, b, one)), mm(head, b, one))
-    head = _tf32_head(b)
-    return add(add(acc, mm(a, b - head, one)), mm(a, head, one))
+      return add(acc, lax.dot_general(a, b, dn, precision=lax.Precision.HIGHEST,
+                                      preferred_element_type=jnp.float32))
+    one = lambda u, v: lax.dot_general(u, v, dn, precision=lax.DotAlgorithmPreset.TF32_TF32_F32,
+                                       preferred_element_type=jnp.float32)
+    parts = lambda v, is_f32: _tf32_parts(v) if is_f32 else (v, None)
+    a_hi, a_mid = parts(a, "a" in split or not self.exact_rows)
+    b_hi, b_mid = parts(b, "b" in split or not self.exact_rows)
+    total = acc
+    if a_mid is not None:
+      total = add(total, one(a_mid, b_hi))
+    if b_mid is not None:
+      total = add(total, one(a_hi, b_mid))
+    return add(total, one(a_hi, b_hi))
 
   def rows_t(self, x, w, acc=None):
-    """acc + x [K, M] (rows, exact) transposed times w [K, N] float32: [M, N]."""
+    """acc + x [K, M] (rows) transposed times w [K, N] float32: [M, N]."""
     return self._dot(x, w, ((0,), (0,)), "b", acc)
 
   def state(self, s, c, acc=None):
-    """acc + s [M, N] float32 times c [T, N] (rows, exact) transposed: [M, T]."""
+    """acc + s [M, N] float32 times c [T, N] (rows) transposed: [M, T]."""
     return self._dot(s, c, ((1,), (1,)), "a", acc)
 
   def exact(self, b, c, acc=None):
-    """acc + b [K, N] times c [T, N] transposed, both rows (exact): [K, T]."""
-    return self._dot(b, c, ((1,), (1,)), None, acc)
+    """acc + b [K, N] times c [T, N] transposed, both rows: [K, T]."""
+    return self._dot(b, c, ((1,), (1,)), "", acc)
+
+
+def _tf32_parts(v):
+  """(head, middle) of float32 v, both exact in TF32: the leading 11 significant bits and
+  the next 11 (v - head - middle is below 2^-22 |v|)."""
+  head = _tf32_head(v)
+  return head, _tf32_head(v - head)
 
 
 def round_tf32(x):
