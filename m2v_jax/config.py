@@ -77,7 +77,7 @@ class Mamba2Config:
       the option is set.
     dt_limit: (lo, hi) clamp applied to dt after softplus; default (0, inf), a no-op.
     prefill_precision: the products of the chunked prefill's matmuls (only that path; the
-      serial kernels multiply in float32 FMAs): "highest" (3-pass TF32 on the tensor cores,
+      verify kernels' products are float32-accurate): "highest" (3-pass TF32 on the tensor cores,
       about float32 accuracy), "tf32" (one TF32 pass: operands rounded to 10 mantissa bits),
       "bf16" (operands rounded to bfloat16, 7 bits). Accumulation is float32 in all three.
       None (default) picks by the activation dtype the products whose operands keep as many

@@ -4,7 +4,7 @@
 is updated in place when called eagerly). It runs one of three paths:
 
 - `reference`: the jax.numpy reference (`m2v_jax.reference`);
-- serial: `kernel_call`, the two serial kernels of `kernels.verify` (any R);
+- verify: `kernel_call`, the two launches of `kernels.verify` (any R);
 - chunked (`prefill` only): `chunked_call` splits the call's R rows into a body of
   R - capacity rows and a tail of `capacity` rows, the same split in both modes. Compact mode
   first folds the pending window (`fold`); the body's conv runs in `kernels.chunk_conv` and
@@ -63,7 +63,7 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
 
 
 def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None):
-  """The serial kernels' static plan (`kernels.verify.Plan`) of a call of R rows (R = 0: a
+  """The verify kernels' static plan (`kernels.verify.Plan`) of a call of R rows (R = 0: a
   fold) on `state`."""
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
@@ -73,7 +73,7 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None):
 
 def kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices, num_rows,
                 tiles=None):
-  """One serial kernel call of any R in either mode; `tiles` overrides the tile table.
+  """One call of the verify kernels, any R, either mode; `tiles` overrides the tile table.
 
   Arguments as `m2v_jax.verify` after checking: cache_indices and num_rows [B] int32 arrays.
   Returns (y [B, R, H*P], new state).
@@ -134,7 +134,7 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   (y [B, R, H*P], new state).
 
   A sequence of n rows (R without num_rows) runs its first n - capacity rows (rb, its body)
-  through the chunked scan and its last min(n, capacity) rows through the serial kernels;
+  through the chunked scan and its last min(n, capacity) rows through the verify kernels;
   in compact mode the pre-pass folds the pending window of the sequences with a body (a
   sequence of n <= capacity rows runs as a verify call of n rows).
   """

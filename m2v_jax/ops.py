@@ -45,8 +45,12 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
   window rows 0..state_row[b] into the base, writes that start state as the new base, runs
   the R rows from it and keeps them pending. In both modes `state_row` is the index of the
   last accepted row of the previous call. y and the states are bitwise the same in both modes
-  (same backend, S == W). The math of one row is in docs/semantics.md (Mamba-2: Dao & Gu,
-  "Transformers are SSMs", 2024; the step of state-spaces/mamba's `Mamba2`).
+  (same backend, S == W; one exception, docs/semantics.md: 16-bit state with float32
+  activations, compiled). The math of one row is in docs/semantics.md (Mamba-2: Dao & Gu,
+  "Transformers are SSMs", 2024; the step of state-spaces/mamba's `Mamba2`); y of the call's
+  rows comes from its start state in the SSD dual form, on the tensor cores with
+  float32-accurate products, so it equals R one-row calls' to float32 rounding (the states
+  bitwise).
 
   Args:
     cfg: geometry and mode (`cfg.replay_mode`; `cfg.capacity` = S or W).
@@ -98,7 +102,7 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   Rows 0..R-capacity-1 run through the chunked SSD scan (Mamba-2 paper, §6) when `chunked`
   (default: when R - capacity >= `dispatch.MIN_CHUNKED_ROWS`, or `MIN_CHUNKED_ROWS_BF16`
   with bf16 products, on the kernel backends); the last capacity rows always run through
-  the serial kernels, in both modes alike, so the modes stay bitwise identical across a
+  the verify kernels, in both modes alike, so the modes stay bitwise identical across a
   prefill. The chunked body is a different algorithm, with its matmul products at
   `cfg.prefill_precision` (by default chosen by the activation dtype): at "highest" it
   matches the serial recurrence within float32 rounding (relative error below 1e-5); with

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from tests.helpers import assert_bitwise, copy_state, inputs, small_cfg
+from tests.helpers import (assert_bitwise, copy_state, inputs, mark_16bit_float32_parity_gap,
+                           small_cfg)
 
 
 class WindowModel:
@@ -41,21 +42,24 @@ class DeferredChecks:
 
   backend: str
 
-  @pytest.mark.parametrize("window,state_dtype", [(16, jnp.float32), (32, jnp.float32),
-                                                  (16, jnp.bfloat16), (32, jnp.float16)])
-  def test_modes_agree_and_flush_where_expected(self, window, state_dtype):
+  @pytest.mark.parametrize("window,state_dtype,act", [
+      (16, jnp.float32, jnp.float32), (32, jnp.float32, jnp.float32),
+      (16, jnp.bfloat16, jnp.float32), (32, jnp.float16, jnp.float32),
+      (16, jnp.bfloat16, jnp.bfloat16), (32, jnp.float16, jnp.bfloat16)])
+  def test_modes_agree_and_flush_where_expected(self, window, state_dtype, act, request):
+    mark_16bit_float32_parity_gap(request, self.backend, state_dtype, act)
     snap = small_cfg(window=window)
     comp = snap.replace(replay_mode="compact")
     p = m.random_params(snap, window)
     rng = np.random.default_rng(window)
     B = 3
-    s = m.init_state(snap, B, jnp.float32, state_dtype=state_dtype)
-    c = m.init_state(comp, B, jnp.float32, state_dtype=state_dtype)
+    s = m.init_state(snap, B, act, state_dtype=state_dtype)
+    c = m.init_state(comp, B, act, state_dtype=state_dtype)
     model = WindowModel(comp, B)
     rows, last_R, base_writes = np.zeros(B, np.int32), 0, 0
     for step in range(24):
       R = 20 if step in (0, 13) else 8
-      xbc, dt = inputs(snap, B, R, rng=rng)
+      xbc, dt = inputs(snap, B, R, act, rng=rng)
       n = np.full(B, R) if R > 8 else rng.integers(1, R + 1, B)
       kw = {} if R > 8 else dict(num_rows=n.astype(np.int32))
       fn = m.prefill if R > 8 else m.verify
@@ -78,20 +82,23 @@ class DeferredChecks:
     # Fewer base writes than calls that replayed something: the point of deferring.
     assert base_writes < 24 * B - 6, base_writes
 
-  @pytest.mark.parametrize("state_dtype", [jnp.float32, jnp.bfloat16])
-  def test_full_window_of_32_rows(self, state_dtype):
+  @pytest.mark.parametrize("state_dtype,act", [(jnp.float32, jnp.float32),
+                                                (jnp.bfloat16, jnp.float32),
+                                                (jnp.bfloat16, jnp.bfloat16)])
+  def test_full_window_of_32_rows(self, state_dtype, act, request):
     """Calls that fill all 32 window rows (the last call's rows from row 31: bit 31 of
     `starts`), then one that flushes: parity, `pending` and `starts` as expected."""
+    mark_16bit_float32_parity_gap(request, self.backend, state_dtype, act)
     snap = small_cfg(window=32)
     comp = snap.replace(replay_mode="compact")
     p = m.random_params(snap, 13)
     rng = np.random.default_rng(13)
-    s = m.init_state(snap, 1, jnp.float32, state_dtype=state_dtype)
-    c = m.init_state(comp, 1, jnp.float32, state_dtype=state_dtype)
+    s = m.init_state(snap, 1, act, state_dtype=state_dtype)
+    c = m.init_state(comp, 1, act, state_dtype=state_dtype)
     plan = [(8, 0, 8, 0x1), (8, 7, 16, 0x101), (8, 7, 24, 0x10101), (8, 6, 31, 0x810101),
             (1, 7, 32, 0x80810101 - 2**32), (3, 0, 3, 0x1)]
     for R, row, pending, starts in plan:
-      xbc, dt = inputs(snap, 1, R, rng=rng)
+      xbc, dt = inputs(snap, 1, R, act, rng=rng)
       rows = np.array([row], np.int32)
       ys, s = m.verify(snap, p, s, xbc, dt, rows, backend=self.backend)
       yc, c = m.verify(comp, p, c, xbc, dt, rows, backend=self.backend)

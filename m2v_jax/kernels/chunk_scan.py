@@ -1,7 +1,7 @@
-"""Chunked (SSD) prefill: Pallas kernels for the bulk of a long chunk, then the serial tail.
+"""Chunked (SSD) prefill: Pallas kernels for the bulk of a long chunk, then the verify tail.
 
 A prefill call of R > capacity rows is split the same way in both modes: rows 0..R-cap-1
-("the body") run through the chunked scan below, the last `cap` rows through the serial
+("the body") run through the chunked scan below, the last `cap` rows through the
 verify kernels (snapshot: their S snapshots; compact: they become the pending window). The
 split is the same in both modes and the body starts from bitwise the same state (snapshot:
 slot `state_row`; compact: the base after the pre-pass fold), so the modes stay bitwise
@@ -38,7 +38,7 @@ The body:
    padded body reaches past the call's rows, the buffer has the padded body's rows and is
    cut to R at the end: one copy of y, and z is padded);
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
-Then the serial kernels run the last `cap` rows from there.
+Then the verify kernels run the last `cap` rows from there.
 
 Scratch per sequence (Rp body rows padded to the chunk length L): post-conv rows Rp·C in the
 activation dtype, C·Bᵀ (Rp/L)·G·L² float32, and the chunk states and chunk starting states

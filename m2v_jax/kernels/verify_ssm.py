@@ -15,7 +15,8 @@ from m2v_jax.kernels import rowmath
 f32 = jnp.float32
 
 
-# Window rows folded per group of loads (all of a group's loads are issued before its rows).
+# Pending rows per unrolled group of the compact fold (a window of more rows loops over
+# groups); each row runs under a uniform branch, so a row past the fold costs a branch.
 FOLD_GROUP = 8
 
 
