@@ -1,12 +1,15 @@
-"""Pure `jax.numpy` reference of every op: the oracle of the kernel tests and the CPU path.
+"""Pure `jax.numpy` reference of every op, and the serial oracle of the kernel tests.
 
-The serial recurrence is a `lax.scan` over rows built from `kernels.rowmath`, the same
-per-row functions the kernels call (docs/semantics.md states the math). On top of it sit the
+`rows` is the oracle: the recurrence row after row (a `lax.scan` of `kernels.rowmath`),
+y read out of each row's state. The ops' reference backend (`snapshot_call`,
+`compact_call`, `committed_state`) computes what the kernels compute, with the same
+formulas: the states row by row (`rowmath.state_update`), y of each segment of rows from its
+start state in the SSD dual form (`kernels.dual`, vmapped over sequences and heads, float32
+products), the same segments, folds, window bookkeeping and 16-bit rounding. On top sit the
 two modes' call semantics: pools addressed by `cache_indices` (-1 = padding), per-sequence
-`num_rows`, the snapshot bank for R <= S and R > S, and the compact base + window with
-replay and prefill hand-off. Device-side bad `state_row`s behave as in the kernels (the rule
-of `m2v_jax.status`): that sequence's entry is left as it was and its y rows are NaN. A pool
-with 16-bit state storage rounds where the kernels do (`m2v_jax.state`).
+`num_rows`, the snapshot bank for R <= S and R > S, the compact base, ring and prefill
+hand-off. Device-side bad `state_row`s behave as in the kernels (the rule of
+`m2v_jax.status`): that sequence's entry is left as it was and its y rows are NaN.
 
 The chunked (SSD) form of the same recurrence is `m2v_jax.reference_ssd`.
 """
@@ -41,9 +44,10 @@ def _split_xbc(cfg, v):
 
 
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
-         num_rows=None, keep: int = 0, state_dtype=f32, round_before=None,
-         dt_processed: bool = False):
-  """Runs rows 0..R-1 serially from a starting state (docs/semantics.md, "One row").
+         num_rows=None, keep: int = 0):
+  """The oracle: rows 0..R-1 one after another from a starting state, y read out of each
+  row's state (docs/semantics.md, "One row"). The ops compute y in the SSD dual form
+  instead, which this matches to float32 rounding.
 
   Args:
     cfg: geometry.
@@ -51,17 +55,10 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     ssm0: [B, H, P, N] float32 starting SSM state.
     conv0: [B, C, K-1] starting conv state (any float dtype; read as float32).
     xbc: [B, R, C] raw (pre-conv) inputs.
-    dt: [B, R, H] raw dt (with `dt_processed`: dt after bias, softplus and the limit, as
-      the compact window holds it).
+    dt: [B, R, H] raw dt.
     z: optional [B, R, H*P] gate.
     num_rows: optional [B] int32; rows t >= num_rows[b] leave the state unchanged and give y 0.
     keep: return the states after the last `keep` rows.
-    state_dtype: storage dtype of the pool: a 16-bit one rounds the running state after row
-      R - keep - 1 (where a call of R > capacity rows stores or commits it), or, with
-      `round_before`, only where that says.
-    round_before: optional [B] int32 bitmask (R <= 32, compact replay): with a 16-bit
-      `state_dtype`, the state is rounded before every row t whose bit is set (a row that
-      began a call, whose start state that call loaded from storage).
 
   Returns:
     y [B, R, H*P] float32, ssm [B, keep, H, P, N] float32, conv [B, keep, C, K-1] float32
@@ -74,18 +71,13 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     num_rows = jnp.full((Bsz,), R, jnp.int32)
   keep = min(keep, R)
 
-  rounds_rows = round_before is not None and jnp.dtype(state_dtype) != f32
-
   def step(carry, inp):
     st, win = carry
     t, xb, d, zt = inp
-    if rounds_rows:
-      starts_here = ((round_before >> t) & 1) > 0
-      st = jnp.where(starts_here[:, None, None, None], round_state(st, state_dtype), st)
     v = xb.astype(f32)
     out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias, xbc.dtype)
     x, bm, cm = _split_xbc(cfg, out)
-    dtp = d if dt_processed else rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
+    dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
     dA = rowmath.decay(dtp, params.A_log)
     new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
                                   bm[..., None, :])
@@ -99,32 +91,13 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     y = jnp.where(active[:, None, None], y, 0.0).reshape(Bsz, H * P)
     return (st, win), (y, st, jnp.stack(win, axis=-1))
 
-  def scan(carry, t0, t1, with_state):
-    ts = jnp.arange(t0, t1, dtype=jnp.int32)
-    zs = None if z is None else jnp.swapaxes(z[:, t0:t1], 0, 1)
-    xs = (ts, jnp.swapaxes(xbc[:, t0:t1], 0, 1), jnp.swapaxes(dt[:, t0:t1], 0, 1), zs)
-    if with_state:
-      return lax.scan(step, carry, xs)
-    body = lambda c, i: (lambda c2, o: (c2, o[0]))(*step(c, i))
-    carry, ys = lax.scan(body, carry, xs)
-    return carry, (ys, None, None)
-
+  ts = jnp.arange(R, dtype=jnp.int32)
+  zs = None if z is None else jnp.swapaxes(z, 0, 1)
   win0 = tuple(conv0[..., j].astype(f32) for j in range(K - 1))
-  carry = (ssm0.astype(f32), win0)
-  ys = []
-  if R - keep > 0:
-    carry, (y1, _, _) = scan(carry, 0, R - keep, False)
-    ys.append(y1)
-  ssm_k = jnp.zeros((Bsz, 0, H, P, cfg.dstate), f32)
-  conv_k = jnp.zeros((Bsz, 0, C, K - 1), f32)
-  if keep > 0:
-    if R - keep > 0 and round_before is None:
-      carry = (round_state(carry[0], state_dtype), carry[1])
-    carry, (y2, s2, c2) = scan(carry, R - keep, R, True)
-    ys.append(y2)
-    ssm_k, conv_k = jnp.swapaxes(s2, 0, 1), jnp.swapaxes(c2, 0, 1)
-  y = jnp.swapaxes(jnp.concatenate(ys, axis=0), 0, 1)
-  return y, ssm_k, conv_k
+  _, (y, states, convs) = lax.scan(step, (ssm0.astype(f32), win0),
+                                   (ts, jnp.swapaxes(xbc, 0, 1), jnp.swapaxes(dt, 0, 1), zs))
+  return (jnp.swapaxes(y, 0, 1), jnp.swapaxes(states[R - keep:], 0, 1),
+          jnp.swapaxes(convs[R - keep:], 0, 1))
 
 
 def round_state(st, state_dtype):
@@ -240,7 +213,7 @@ def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
   Bsz = S.shape[0]
   kt = jnp.arange(KT)
 
-  def segment(S, t0, L, states=False):
+  def segment(S, t0, L):
     """y rows t0 .. t0 + L - 1 [B, L, H*P] from S, and the state after each row."""
     x, bm, cm, d = _split_rows(cfg, _tile(post, t0, KT), _tile(dtp, t0, KT))
     live = (kt[None, :] < L) & (t0 + kt[None, :] < n[:, None])

@@ -91,3 +91,51 @@ def mark_16bit_float32_parity_gap(request, backend, state_dtype, act):
     request.applymarker(pytest.mark.xfail(
         strict=True, reason="16-bit state with float32 activations: compiled modes differ "
                             "by one ulp in a few y elements (open)"))
+
+
+def np_rows(cfg, p, ssm0, conv0, xbc, dt, z=None):
+  """One row (docs/semantics.md), row by row, in float64. Returns y [B,R,HP], states
+  [B,R,H,P,N], convs [B,R,C,K-1]."""
+  f = lambda a: np.asarray(a, np.float64)
+  ssm, conv, xbc, dt = f(ssm0).copy(), f(conv0).copy(), f(xbc), f(dt)
+  w, cb, dtb, alog, D = (f(a) for a in p)
+  H, P, N, G = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN = H * P, G * N
+  silu = lambda v: v / (1 + np.exp(-v))
+  B, R, _ = xbc.shape
+  ys, sts, cvs = np.zeros((B, R, HP)), np.zeros((B, R) + ssm.shape[1:]), np.zeros((B, R) + conv.shape[1:])
+  for b in range(B):
+    for t in range(R):
+      win = np.concatenate([conv[b], xbc[b, t][:, None]], axis=1)
+      post = silu((w * win).sum(1) + cb)
+      conv[b] = win[:, 1:]
+      x = post[:HP].reshape(H, P)
+      Bm, Cm = post[HP:HP + GN].reshape(G, N), post[HP + GN:].reshape(G, N)
+      d = dt[b, t] + dtb
+      d = np.where(d <= 20, np.log1p(np.exp(np.minimum(d, 20))), d)
+      d = np.clip(d, *cfg.dt_limit)
+      dA = np.exp(d * -np.exp(alog))
+      for h in range(H):
+        g = h // (H // G)
+        ssm[b, h] = ssm[b, h] * dA[h] + np.outer(d[h] * x[h], Bm[g])
+        ys[b, t, h * P:(h + 1) * P] = ssm[b, h] @ Cm[g] + D[h] * x[h]
+      if z is not None:
+        ys[b, t] *= silu(f(z)[b, t])
+      sts[b, t], cvs[b, t] = ssm[b], conv[b]
+  return ys, sts, cvs
+
+
+def spec_error(got, want, cfg):
+  """The contract's measure of a float32 result against a float64 one: per sequence and head,
+  the 99.9th percentile of |got - want| over max |want|; the largest over them. got, want:
+  y [B, R, H*P] or states [B, rows, H, P, N]."""
+  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+  B, H = want.shape[0], cfg.nheads
+  if want.ndim == 3:                                      # y: heads on the last axis
+    got, want = (a.reshape(B, a.shape[1], H, -1).swapaxes(1, 2) for a in (got, want))
+  else:                                                   # states: heads on axis 2
+    got, want = (a.swapaxes(1, 2) for a in (got, want))
+  got, want = got.reshape(B, H, -1), want.reshape(B, H, -1)
+  scale = np.max(np.abs(want), axis=-1)
+  assert np.all(np.isfinite(got)) and np.all(scale > 0)
+  return float(np.max(np.percentile(np.abs(got - want), 99.9, axis=-1) / scale))

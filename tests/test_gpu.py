@@ -11,7 +11,8 @@ import pytest
 import m2v_jax as m
 from m2v_jax import reference
 from m2v_jax.kernels import backend, rowmath
-from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, random_state
+from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
+                           random_state, spec_error)
 from tests.test_compact import Pair
 from tests.test_prefill import PRECISION_BOUND, check_chunked_pool
 from tests.test_pools import (SHARDED_VARIANTS, PoolPair, check_nan_isolation,
@@ -100,6 +101,25 @@ def test_bolt_snapshot_matches_reference(R):
   assert_close(y, y_ref, 1e-5, "y")
   assert_close(got.ssm, want.ssm, 1e-5, "ssm")
   assert_close(got.conv, want.conv, 1e-6, "conv")
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_bolt_within_the_float32_bound_of_a_float64_recurrence(mode):
+  """Bolt geometry, float32 activations: y of a verify call from a random state and the
+  committed state after row 5 against a float64 recurrence, by the contract's measure (99.9th
+  percentile of |error| / max |value| per sequence and head below 2e-6)."""
+  cfg = BOLT.replace(replay_mode=mode)
+  p = m.random_params(cfg, 6)
+  rng = np.random.default_rng(6)
+  start = random_state(BOLT, 2, rng=rng)
+  ssm0, conv0 = start.ssm[:, 0], start.conv[:, 0]
+  xbc, dt = inputs(cfg, 2, 8, rng=rng)
+  state = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
+  y, state = m.verify(cfg, p, state, xbc, dt, [0, 0], backend="pallas")
+  y64, s64, _ = np_rows(cfg, p, ssm0, conv0, xbc, dt)
+  assert spec_error(y, y64, cfg) < 2e-6
+  got = m.committed_state(cfg, p, state, [5, 5], backend="pallas")[0]
+  assert spec_error(got[:, None], s64[:, 5:6], cfg) < 2e-6
 
 
 @pytest.mark.parametrize("B", [1, 4])

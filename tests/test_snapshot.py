@@ -7,7 +7,8 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import reference
-from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, random_state,
+from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
+                           random_state, spec_error,
                            small_cfg)
 
 
@@ -193,6 +194,24 @@ class SnapshotChecks:
     got = m.committed_state(cfg, p, single, np.zeros(B, np.int32), backend=self.backend)
     assert_bitwise(got[0], want[0], "ssm")
     assert_bitwise(got[1], want[1], "conv")
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_within_the_float32_bound_of_a_float64_recurrence(self, mode):
+    """y of a verify call and the committed state after row 5 against the float64
+    transcription of the recurrence: the 99.9th percentile of |error| / max |value| per
+    sequence and head below 2e-6 (the contract's bound for the dual form)."""
+    cfg = small_cfg(mode=mode, dstate=64)
+    p = m.random_params(cfg, 23)
+    rng = np.random.default_rng(23)
+    start = random_state(small_cfg(dstate=64), 2, rng=rng)
+    ssm0, conv0 = start.ssm[:, 0], start.conv[:, 0]
+    xbc, dt = inputs(cfg, 2, 8, rng=rng)
+    state = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
+    y, state = m.verify(cfg, p, state, xbc, dt, np.zeros(2, np.int32), backend=self.backend)
+    y64, s64, _ = np_rows(cfg, p, ssm0, conv0, xbc, dt)
+    assert spec_error(y, y64, cfg) < 2e-6
+    got = m.committed_state(cfg, p, state, np.full(2, 5, np.int32), backend=self.backend)[0]
+    assert spec_error(got[:, None], s64[:, 5:6], cfg) < 2e-6
 
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])
   def test_state_of_several_tiles_matches_reference(self, mode):
