@@ -4,7 +4,7 @@ Every timed step is one jitted dispatch that runs the op once on each of
 `banks` separate state sets, donated, so every call updates its own set in place. The sets
 together should exceed the L2 cache (60 MB on the H200) so that it cannot hold a set's state
 between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2,
-not for compact at B=1 (8 x 4.2 MiB), whose times may be flattered by L2 hits. Steps are
+not for compact at B=1 (8 x 4.5 MiB), whose times may be flattered by L2 hits. Steps are
 issued back to back without synchronizing, so the host runs ahead and the wall clock over a
 block measures the device stream. Blocks of A and B alternate (ABBA), several warm-up steps
 come first, and a result is the median over blocks with the ratio of means and its bootstrap

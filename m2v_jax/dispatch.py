@@ -75,8 +75,9 @@ def kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indice
                 tiles=None):
   """One call of the verify kernels, any R, either mode; `tiles` overrides the tile table.
 
-  Arguments as `m2v_jax.verify` after checking: cache_indices and num_rows [B] int32 arrays.
-  Returns (y [B, R, H*P], new state).
+  Arguments as `m2v_jax.verify` after checking: cache_indices and num_rows [B] int32 arrays
+  (with R > capacity every sequence runs all R rows: `prefill` sends ragged prompts through
+  `chunked_call`). Returns (y [B, R, H*P], new state).
   """
   B, R, _ = xbc.shape
   p = plan(cfg, backend, state, R, B=B, y_dtype=xbc.dtype, has_z=z is not None, tiles=tiles)

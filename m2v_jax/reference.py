@@ -183,7 +183,8 @@ def _tile(a, t0, KT):
 def _new_rows(cfg, params, conv0, xbc, dt, n):
   """Conv and dt of a call's rows, as the conv kernel computes them: post-conv rows
   [B, RT, C] and processed dt [B, RT, H] f32, zero from each sequence's num_rows on and in
-  the padding to RT rows; the conv windows after every row [B, R, C, K-1] f32."""
+  the padding to RT rows; the conv windows [B, R - first, C, K-1] f32 after rows first ..
+  R-1, first = max(R - capacity - 1, 0) (the ones a call stores)."""
   R = xbc.shape[1]
   body = max(R - cfg.capacity, 0)
   RT = body + dual.tile_rows(cfg.capacity)
@@ -195,7 +196,7 @@ def _new_rows(cfg, params, conv0, xbc, dt, n):
   dtp = jnp.pad(jnp.where(live, dtp, 0.0), pad)
   K1 = cfg.d_conv - 1
   raw = jnp.concatenate([jnp.swapaxes(conv0, 1, 2).astype(f32), xbc.astype(f32)], axis=1)
-  wins = jnp.stack([raw[:, i + 1:i + 1 + K1] for i in range(R)], axis=1)      # [B, R, K1, C]
+  wins = jnp.stack([raw[:, i + 1:i + 1 + K1] for i in range(max(body - 1, 0), R)], axis=1)
   return post, dtp, jnp.swapaxes(wins, 2, 3)
 
 
@@ -267,7 +268,7 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   ran = (body + jnp.arange(keep))[None, :] < n[:, None]
   cur_ssm, cur_conv = state.ssm[safe, :keep], state.conv[safe, :keep]
   new_ssm = jnp.where(ran[:, :, None, None, None], states.astype(cur_ssm.dtype), cur_ssm)
-  new_conv = jnp.where(ran[:, :, None, None], wins[:, body:].astype(cur_conv.dtype), cur_conv)
+  new_conv = jnp.where(ran[:, :, None, None], wins[:, -keep:].astype(cur_conv.dtype), cur_conv)
   ssm = _scatter(state.ssm, idx, valid, jnp.concatenate([new_ssm, state.ssm[safe, keep:]], 1))
   conv = _scatter(state.conv, idx, valid,
                   jnp.concatenate([new_conv, state.conv[safe, keep:]], 1))
@@ -333,7 +334,7 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
   y, S_body, _, wins, post, dtp = _call_rows(cfg, params, ssm0, conv0, xbc, dt, z, n,
                                              state.ssm.dtype, slots=False)
   base = S_body if body else ssm0
-  conv_base = wins[:, body - 1] if body else conv0
+  conv_base = wins[:, 0] if body else conv0            # the window after row body - 1
   # The call's kept rows i (body <= i < n) go to last_xbc row i - body and ring row
   # (origin + n_fold + i - body) % Q.
   nk = R - body

@@ -12,7 +12,7 @@ def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
               **kw) -> m.Mamba2Config:
   """A geometry small enough for interpret mode: H=4, P=8 (16 where the compiled chunked
   prefill must run: its dots are at least 16 wide), N=16 (64 where the SSM kernel's state
-  must span several [block_p, 32] tiles), K=4."""
+  must span several n_cols chunks), K=4."""
   return m.Mamba2Config(nheads=4, headdim=headdim, dstate=dstate, ngroups=ngroups,
                         capacity=capacity, replay_mode=mode, **kw)
 
@@ -28,17 +28,16 @@ def inputs(cfg, B, R, dtype=jnp.float32, rng=None, z=False):
 
 
 def random_state(cfg, E, dtype=jnp.float32, rng=None, conv_dtype=None):
-  """A state pool with random committed states in every snapshot slot / the compact base."""
+  """A state pool with random committed states in every snapshot slot / the compact base
+  (nothing pending: the window and its bookkeeping zero)."""
   rng = rng if rng is not None else np.random.default_rng(1)
   shapes = m.state_shapes(cfg, E, dtype, conv_dtype)
   leaves = []
   for name, s in zip(type(shapes)._fields, shapes):
-    if name == "pending":
-      leaves.append(jnp.zeros(s.shape, s.dtype))
-    elif name.startswith("win"):
-      leaves.append(jnp.zeros(s.shape, s.dtype))
-    else:
+    if name in ("ssm", "conv"):
       leaves.append(jnp.asarray(rng.normal(size=s.shape), s.dtype))
+    else:
+      leaves.append(jnp.zeros(s.shape, s.dtype))
   return type(shapes)(*leaves)
 
 

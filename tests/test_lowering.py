@@ -65,7 +65,7 @@ def test_committed_state_fold_lowers():
 def test_chunked_prefill_lowers(mode, R, z):
   cfg = m.BOLT.replace(replay_mode=mode)
   text = lower(cfg, 2, R, z, chunked=True)
-  # body conv + chunked scan (3 kernels) + serial tail (prep, ssm) + compact fold (prep, ssm)
+  # body conv + chunked scan (3 kernels) + verify tail (conv, ssm) + compact fold (conv, ssm)
   assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
 
 

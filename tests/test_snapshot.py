@@ -215,8 +215,8 @@ class SnapshotChecks:
 
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])
   def test_state_of_several_tiles_matches_reference(self, mode):
-    """dstate=64: the SSM kernel's state spans two [block_p, 32] tiles, which the readout
-    chains; the kernels against the reference over verifies with partial acceptance."""
+    """dstate=64: the SSM kernel's state spans two 32-column chunks, whose products y sums;
+    the kernels against the reference over verifies with partial acceptance."""
     cfg = small_cfg(mode=mode, dstate=64)
     p = m.random_params(cfg, 21)
     rng = np.random.default_rng(21)

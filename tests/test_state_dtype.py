@@ -142,7 +142,7 @@ class TestStateDtypeInterpret(StateDtypeChecks):
 
 def test_16bit_state_halves_the_state_memory():
   """Bolt geometry: 4 MiB of float32 state per entry becomes 2 MiB; the compact entry (base,
-  conv, window) shrinks from 4.22 to 2.22 MiB, so a fixed budget holds 1.9x the sequences."""
+  conv, window) shrinks from 4.5 to 2.5 MiB, so a fixed budget holds 1.8x the sequences."""
   for mode, states in (("snapshot", 8), ("compact", 1)):
     cfg = m.BOLT.replace(replay_mode=mode)
     f32 = m.state_shapes(cfg, 1, jnp.bfloat16)

@@ -7,8 +7,8 @@ and processed dt as the kernels take them (the conv output rounded to the activa
 docs/semantics.md), then the SSM in float64 (a chunked evaluation; its own rounding, ~1e-15,
 does not show). Reported per case, as JSON: the relative error (Frobenius norm) of the final
 state and of y, y's error floor (the float64 y rounded to the activation dtype: what storing
-y costs by itself), and the same errors of the serial kernels (the last `capacity` rows of
-every prefill run serially; `chunked=False` runs them all so).
+y costs by itself), and the same errors of the verify kernels (the last `capacity` rows of
+every prefill run through them; `chunked=False` runs them all so).
 
     python tools/prefill_precision_error.py --out=$OUT/prefill_precision.json   # on a GPU
 """

@@ -3,7 +3,7 @@
 JAX deprecated the Pallas Triton backend in 0.11.0 and will remove it; every `plt.*` use of the
 library lives here, so that a port (Mosaic GPU, or jax-triton with official Triton) edits this
 file only. Kernels launch through `pallas_call` (refs by name, aliases by name) and call
-`barrier`, `isolate` and `dot` from here, nothing from plt. The ahead-of-time lowering helpers
+`barrier`, `fma`, `Products` and `dot` from here, nothing from plt. The ahead-of-time lowering helpers
 (`lower_for_cuda`, `triton_kernels`) let tests and tools see the Triton IR on any machine.
 """
 

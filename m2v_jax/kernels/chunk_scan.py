@@ -34,7 +34,7 @@ The body:
       rejected, zero: padding).
    The matmuls run on the tensor cores with products at the plan's precision
    (`Mamba2Config.prefill_precision`: 3-pass TF32, one TF32 pass or bf16 operands; float32
-   accumulation). The serial tail's y goes into the output's buffer in place (when the
+   accumulation). The verify tail's y goes into the output's buffer in place (when the
    padded body reaches past the call's rows, the buffer has the padded body's rows and is
    cut to R at the end: one copy of y, and z is padded);
 3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
@@ -175,7 +175,7 @@ class ChunkPlan:
 
   @property
   def R(self) -> int:
-    """Rows of the call: the body, then `capacity` serial rows."""
+    """Rows of the call: the body, then the `capacity` rows of the verify tail."""
     return self.Rb + self.cfg.capacity
 
   @property
@@ -187,7 +187,7 @@ class ChunkPlan:
   @property
   def y_rows(self) -> int:
     """Rows of the output kernel's y: the padded body, at least the call's rows, so that
-    the serial tail's y is written into it in place."""
+    the verify tail's y is written into it in place."""
     return max(self.Rp, self.R)
 
 
@@ -300,7 +300,7 @@ def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_r
                       alog_ref, d_ref, y_ref, plan: ChunkPlan):
   """Output, grid (H / out_heads x P / local_block_p, chunks, B), every chunk at once:
   (C Bᵀ ∘ decay ∘ dt) x + D x + exp(acum) C stᵀ (st: the chunk's starting state), gated,
-  into y [B, y_rows, H*P] (rows of the padded body; the serial tail's rows are left). A
+  into y [B, y_rows, H*P] (rows of the padded body; the verify tail's rows are left). A
   sequence that does not run gets its `fill` [B] value (NaN: rejected, zero: padding, as
   `reference.finish_y` gives); chunks wholly past the sequence's body (`rb` [B] rows) get
   zeros. C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L] f32); a program loops over
@@ -385,7 +385,7 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, rb, fill, xr, dtr, z, A
       starting slot or base, in place (rounded to the storage dtype).
 
   Returns:
-    (ssm, y [B, y_rows, H*P] in the activation dtype). y's rows Rb.. are left for the serial
+    (ssm, y [B, y_rows, H*P] in the activation dtype). y's rows Rb.. are left for the verify
     tail.
   """
   cfg, t = plan.cfg, plan.tiles

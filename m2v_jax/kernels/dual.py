@@ -31,17 +31,16 @@ def _iota(n, dim=0, shape=None):
   return lax.broadcasted_iota(jnp.int32, shape or (n,), dim)
 
 
-def log_decay(dt, A, valid):
-  """cum [KT]: the running sum of dt * A over the valid rows, row by row in order (a fixed
-  order whatever the tile's layout, so that every kernel sums it alike)."""
-  KT = dt.shape[0]
+def log_decay(a_rows, KT):
+  """cum [KT]: the running sum of the rows' log decays `a_rows` (scalars a_k = dt_k A, zero
+  for rows that do not count), added one after another in row order: a fixed order whatever
+  a tile's layout, so that every kernel sums alike. Rows past the list hold the total."""
   idx = _iota(KT)
-  a = jnp.where(valid, dt * A, 0.0)
   run, cum = jnp.float32(0.0), jnp.zeros((KT,), f32)
-  for k in range(KT):
-    run = run + jnp.sum(jnp.where(idx == k, a, 0.0))     # element k, exactly
+  for k, a_k in enumerate(a_rows):
+    run = run + a_k
     cum = jnp.where(idx == k, run, cum)
-  return cum
+  return jnp.where(idx < len(a_rows), cum, run)
 
 
 def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None):
@@ -55,13 +54,16 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None):
     A, D: the head's A = -exp(A_log) and D.
     valid: [KT] bool, the segment's real rows.
     mm: `Products`.
-    cum: `log_decay(dt, A, valid)` when the caller has it (the kernels sum scalars).
+    cum: `log_decay` of the rows when the caller has it (the kernels sum scalar loads);
+      else it is summed here from `dt`.
 
   Returns:
     y [BP, KT] float32 (column t: row t); rows that are not `valid` hold values to drop.
   """
   KT = x.shape[0]
-  cum = log_decay(dt, A, valid) if cum is None else cum
+  if cum is None:
+    a = jnp.where(valid, dt * A, 0.0)
+    cum = log_decay([jnp.sum(jnp.where(_iota(KT) == k, a, 0.0)) for k in range(KT)], KT)
   k, t = _iota(KT, 0, (KT, KT)), _iota(KT, 1, (KT, KT))
   causal = (k <= t) & valid[:, None]
   xk = jnp.where(valid[:, None], x, 0.0)

@@ -5,9 +5,11 @@ The conv and the dt processing here are what every kernel and the jax.numpy refe
 which the kernels' SSD dual form (`kernels.dual`) matches to float32 rounding. They are plain
 `jax.numpy` expressions on values: inside a Pallas kernel they see register tiles, in the
 reference whole arrays; the caller brings the operands to broadcastable shapes. Every product
-and every sum is rounded to float32 on its own, in the order written here: the Pallas Triton
-lowering contracts nothing into a fused multiply-add, and the test suite runs XLA:CPU with
-`--xla_cpu_max_isa=AVX`, which keeps it from contracting too.
+and every sum is rounded to float32 on its own, in the order written here, except the
+multiply-add that `state_update` routes through its `fma` argument (the compiled kernels pass
+one fused multiply-add, `kernels.backend.fma`): the Pallas Triton lowering contracts nothing
+by itself, and the test suite runs XLA:CPU with `--xla_cpu_max_isa=AVX`, which keeps it from
+contracting too.
 
 Source of the math: Dao & Gu, "Transformers are SSMs" (Mamba-2, 2024), the selective SSM
 recurrence h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, and the

@@ -83,13 +83,14 @@ _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
   """The verify tiles for `cfg`'s geometry: a measured table entry, else a heuristic (the
-  largest power-of-two P tile up to 32 that divides headdim; 4 warps for tiles of at least
-  1024 elements, else 1)."""
+  largest power-of-two P tile up to 32 that divides headdim, state chunks of 32 columns; 4
+  warps for tiles of at least 1024 elements, else 1)."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate)
   if key in _TILE_TABLE:
     return _TILE_TABLE[key]
   block_p = pow2_divisor(cfg.headdim, 32)
-  return TileConfig(block_p=block_p, num_warps=4 if block_p * cfg.dstate >= 1024 else 1)
+  return TileConfig(block_p=block_p, num_warps=4 if block_p * cfg.dstate >= 1024 else 1,
+                    n_cols=32)
 
 
 @dataclasses.dataclass(frozen=True)

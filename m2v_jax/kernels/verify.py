@@ -6,7 +6,8 @@ bookkeeping) and then `verify_ssm` (the compact fold, y in the SSD dual form, th
 The new rows are cut into segments of at most `capacity` rows: a call of R <= capacity rows
 is one segment; a longer one has body segments of `capacity` rows from row 0 (the last one
 shorter) and then the kept segment, its last `capacity` rows. Both modes run the same
-kernels with the same plan but for the mode, so their y and states agree bitwise.
+kernels with the same plan but for the mode, so their y and states agree bitwise (one open
+exception, docs/semantics.md: 16-bit state with float32 activations).
 """
 
 from __future__ import annotations

@@ -99,13 +99,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
     cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
     live = (kt < L) & (t0 + kt < n)
-    # dual.log_decay's fixed-order sum, from scalar loads (no reductions across lanes).
-    run, cum = jnp.float32(0.0), jnp.zeros((KT,), f32)
-    for k in range(L):
-      a_k = jnp.where(t0 + k < n, dtr_ref[b, t0 + k, h] * A, 0.0)
-      run = run + a_k
-      cum = jnp.where(kt == k, run, cum)
-    cum = jnp.where(kt < L, cum, run) if L < KT else cum
+    cum = dual.log_decay([jnp.where(t0 + k < n, dtr_ref[b, t0 + k, h] * A, 0.0)
+                          for k in range(L)], KT)        # from scalar loads: no reductions
     y = dual.outputs(S, x, bm, cm, dtr_ref[rows + (h,)], A, D, live, mm, cum)  # [BP, KT]
     if not body and R == KT and not plan.has_z:
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
