@@ -173,7 +173,7 @@ def conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
   """Runs the conv launch of `plan` (a `verify.Plan`). Returns its outputs by name
   (`_conv_kernel`)."""
   cfg = plan.cfg
-  C, H, K1, E, cap = cfg.conv_dim, cfg.nheads, cfg.d_conv - 1, plan.E, plan.cap
+  C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
   compact, B = plan.compact, plan.B
   i32 = jnp.int32
