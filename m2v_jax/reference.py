@@ -292,7 +292,7 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   n_fold, starts, pending, origin = _window_status(cfg, state, state_row, safe)
   W = cfg.window_rows
   j = jnp.arange(W)[None, :]
-  rows = (origin[:, None] + j) % cfg.ring_rows                                # [B, W]
+  rows = status.ring_row(cfg, origin[:, None], j)                             # [B, W]
   take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
   x, bm, _, d = _split_rows(cfg, take(state.win_xb[safe]), take(state.win_dt[safe]))
   sw = lambda a: jnp.swapaxes(a, 1, 2)
@@ -336,13 +336,13 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
   base = S_body if body else ssm0
   conv_base = wins[:, 0] if body else conv0            # the window after row body - 1
   # The call's kept rows i (body <= i < n) go to last_xbc row i - body and ring row
-  # (origin + n_fold + i - body) % Q.
+  # ring_row(origin, n_fold + i - body).
   nk = R - body
   kept = jnp.arange(body, R)[None, :] < n[:, None]                          # [B, nk]
   cur = state.last_xbc[safe]
   last = jnp.concatenate([jnp.where(kept[..., None], xbc[:, body:].astype(cur.dtype),
                                     cur[:, :nk]), cur[:, nk:]], axis=1)
-  ring = (origin[:, None] + n_fold[:, None] + jnp.arange(nk)[None, :]) % Q
+  ring = status.ring_row(cfg, origin[:, None], n_fold[:, None] + jnp.arange(nk)[None, :])
   target = jnp.where(kept, ring, Q)                                         # Q: dropped
   b_idx = jnp.arange(Bsz)[:, None]
   XB = cfg.d_inner + cfg.ngroups * cfg.dstate

@@ -54,9 +54,10 @@ def tp_channel_order(cfg: config_lib.Mamba2Config, n: int) -> np.ndarray:
   return np.concatenate(order)
 
 
-# Which axis of each leaf is the conv-channel axis (None: no channel axis).
+# Per parameter: (its conv-channel axis, whether it holds only the x and B channels), or None.
 _CHANNEL_AXIS = {
-    "conv_weight": 0, "conv_bias": 0, "dt_bias": None, "A_log": None, "D": None,
+    "conv_weight": (0, False), "conv_bias": (0, False), "dt_bias": None, "A_log": None,
+    "D": None,
 }
 
 
@@ -69,9 +70,10 @@ def _take(a, order, axis):
   return jnp.take(a, order, axis=axis)
 
 
-def _permute(tree, axes, order):
-  return type(tree)(*(leaf if ax is None else _take(leaf, order, ax)
-                      for leaf, ax in zip(tree, axes)))
+def _permute(tree, specs):
+  """Each leaf permuted by its spec, (channel axis, order), or left as it is (None)."""
+  return type(tree)(*(leaf if spec is None else _take(leaf, spec[1], spec[0])
+                      for leaf, spec in zip(tree, specs)))
 
 
 def _state_channel_axes(state):
@@ -101,13 +103,11 @@ def from_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
 
 
 def _apply(order, xb_order, params, state, xbc):
-  out_p = None if params is None else _permute(params, [_CHANNEL_AXIS[f] for f in
-                                                        LayerParams._fields], order)
-  out_s = None
-  if state is not None:
-    out_s = type(state)(*(leaf if spec is None else
-                          _take(leaf, xb_order if spec[1] else order, spec[0])
-                          for leaf, spec in zip(state, _state_channel_axes(state))))
+  specs = lambda axes: [None if a is None else (a[0], xb_order if a[1] else order)
+                        for a in axes]
+  out_p = None if params is None else _permute(
+      params, specs([_CHANNEL_AXIS[f] for f in LayerParams._fields]))
+  out_s = None if state is None else _permute(state, specs(_state_channel_axes(state)))
   out_x = None if xbc is None else _take(xbc, order, xbc.ndim - 1)
   return out_p, out_s, out_x
 

@@ -96,11 +96,16 @@ def window_after(cfg, R: int, n_replay, n, starts, flush, xp=jnp):
   return woff, woff + n_keep, new_starts
 
 
+def ring_row(cfg, origin, j):
+  """Compact: the ring row of pending row j (ring origin `origin`). A call's kept row i goes to
+  `ring_row(cfg, origin, n_replay + i)` (origin before the call), past the rows it folds."""
+  return (origin + j) % cfg.ring_rows
+
+
 def ring_origin(cfg, origin, n_replay, flush, xp=jnp):
   """Compact: the ring row of pending row 0 after a call: past the folded rows when the call
-  flushes, else where it was. The call's kept row i goes to ring row
-  `(origin + n_replay + i) % cfg.ring_rows` in both cases."""
-  return xp.where(flush, (origin + n_replay) % cfg.ring_rows, origin).astype(xp.int32)
+  flushes, else where it was (the call's kept rows stay where `ring_row` put them)."""
+  return xp.where(flush, ring_row(cfg, origin, n_replay), origin).astype(xp.int32)
 
 
 def safe_entry(entry, E: int):

@@ -72,7 +72,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
                                                           pend_ref, starts_ref)
   if plan.compact:
     origin = origin_ref[e]
-    ring = lambda i: (origin + n_fold + i - body) % cfg.ring_rows     # kept row i's ring row
+    ring = lambda i: status.ring_row(cfg, origin, n_fold + i - body)   # kept row i's ring row
 
   def kept(i, fn):                     # fn() for a kept, active row i
     pl.when((i >= body) & (i < n))(fn)

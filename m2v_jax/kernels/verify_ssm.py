@@ -136,7 +136,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
             if plan.state_dtype != f32 and cfg.deferred:
               began = (((starts >> r) & 1) > 0) & (r > 0)     # a later call's first row
               S = [jnp.where(began, v, s) for v, s in zip(rounded(S), S)]
-            return update(S, *row(wxb_ref, wdt_ref, e, (origin + r) % cfg.ring_rows))
+            return update(S, *row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, r)))
 
           S = lax.cond(r < n_fold, fold_row, lambda S: S, S)
         return S
