@@ -75,19 +75,19 @@ for s in $STAGES; do
       for tool in ${M2V_SANITIZER_TOOLS:-memcheck synccheck initcheck racecheck}; do
         # Every kernel is checked, XLA's too: with a --kernel-name filter, initcheck does not
         # see the stores of the kernels it skips and reports their outputs as uninitialized.
+        # timeout signals its whole process group: the sanitizer and the Python it runs.
         stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --print-limit 20 \
           $PY "${san[@]}"
-        pkill -9 -f "[s]anitize_calls.py --geometry"  # a timed-out run still holds the GPU
       done
       rm -rf "$JAX_COMPILATION_CACHE_DIR" ;;
     ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
-      for mode in ${M2V_NCU_MODES:-compact snapshot}; do
-        stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:'m2v_(conv|ssm)' \
+      for mode in ${M2V_NCU_MODES:-compact snapshot}; do  # no preallocated pool to back up
+        XLA_PYTHON_CLIENT_PREALLOCATE=false stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:'m2v_(conv|ssm)' \
           --launch-skip 2 --launch-count 2 --metrics "$NCU_METRICS" \
           $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
     ncu_chunk)  # the chunked prefill's four kernels (conv, chunk states, state passing, output)
-      stage ncu_chunk 150 ncu --clock-control none --kernel-name regex:m2v_chunk \
+      XLA_PYTHON_CLIENT_PREALLOCATE=false stage ncu_chunk 150 ncu --clock-control none --kernel-name regex:m2v_chunk \
         --launch-skip 4 --launch-count 4 --metrics "$NCU_METRICS" \
         $PY tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=1 \
         ${M2V_PROFILE_ARGS:-} ;;

@@ -15,9 +15,9 @@ from m2v_jax.kernels import rowmath
 f32 = jnp.float32
 
 
-# Pending rows per unrolled group of the compact fold (a window of more rows loops over
-# groups); each row runs under a uniform branch, so a row past the fold costs a branch.
-FOLD_GROUP = 8
+# Rows the compact fold loads ahead of the row it folds: their global-memory latency
+# overlaps the fold of the rows before.
+FOLD_AHEAD = 1
 
 
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
@@ -45,9 +45,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
 
   The state is held as N / n_cols chunks [block_p, n_cols]. It advances row by row with
   one fused multiply-add per element (`rowmath.state_update`), the same in both modes:
-  compact mode folds its pending rows (rounding a 16-bit state where a call began, and
-  after the fold, as snapshot mode stored those states), snapshot mode stores the state
-  after every kept row. y of each segment of new rows comes from the segment's start state
+  compact mode folds its pending rows in a loop that loads FOLD_AHEAD rows ahead (rounding
+  a 16-bit state where a call began, and after the fold, as snapshot mode stored those
+  states), snapshot mode stores the state after every kept row. y of each segment of new rows comes from the segment's start state
   in the dual form (`dual.outputs`).
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
@@ -91,17 +91,23 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     for c, s in zip(chunks, S):
       ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
-  def segment_y(S, t0, L):
-    """y of new rows t0 .. t0 + L - 1 (L static) from their start state S, stored (rows at
-    or past num_rows get 0, gated)."""
+  def segment_tiles(t0, L):
+    """The rows t0 .. t0 + KT - 1 of the scratch that y of a segment of L rows (L static)
+    reads: x [KT, BP], B and C chunks [KT, NC], dt [KT], and the per-row scalar dt of the
+    log-decay sum (scalar loads: no reductions)."""
     rows = (b, pl.ds(t0, KT))
     x = xr_ref[rows + (xcols,)].astype(f32)
     bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
     cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
+    return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
+
+  def segment_y(S, t0, L, tiles=None):
+    """y of new rows t0 .. t0 + L - 1 (L static) from their start state S, stored (rows at
+    or past num_rows get 0, gated); `tiles`: their `segment_tiles`, when loaded early."""
+    x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     live = (kt < L) & (t0 + kt < n)
-    cum = dual.log_decay([jnp.where(t0 + k < n, dtr_ref[b, t0 + k, h] * A, 0.0)
-                          for k in range(L)], KT)        # from scalar loads: no reductions
-    y = dual.outputs(S, x, bm, cm, dtr_ref[rows + (h,)], A, D, live, mm, cum)  # [BP, KT]
+    cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
+    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum)  # [BP, KT]
     if not body and R == KT and not plan.has_z:
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
@@ -122,30 +128,28 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
 
   @pl.when(valid)
   def _run():
+    L = min(R, cap)
+    # The kept segment's rows do not depend on the state: their loads go out first.
+    kept = segment_tiles(body, L) if R and not body else None
     slot = () if plan.compact else (row_ref[b],)
     S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
-      group = min(FOLD_GROUP, cfg.window_rows)
+      last = jnp.maximum(n_fold - 1, 0)
 
-      def fold_group(gi, S):
-        for j in range(group):
-          r = gi * group + j
+      def ring(r):                     # pending row r (a row past the fold: the last one)
+        return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, jnp.minimum(r, last)))
 
-          def fold_row(S, r=r):
-            if plan.state_dtype != f32 and cfg.deferred:
-              began = (((starts >> r) & 1) > 0) & (r > 0)     # a later call's first row
-              S = [jnp.where(began, v, s) for v, s in zip(rounded(S), S)]
-            return update(S, *row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, r)))
+      def fold_row(r, carry):
+        S, ahead = carry[0], carry[1:]
+        if plan.state_dtype != f32 and cfg.deferred:
+          began = (((starts >> r) & 1) > 0) & (r > 0)         # a later call's first row
+          S = [jnp.where(began, v, s) for v, s in zip(rounded(S), S)]
+        loaded = ring(r + FOLD_AHEAD)
+        return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
 
-          S = lax.cond(r < n_fold, fold_row, lambda S: S, S)
-        return S
-
-      if cfg.window_rows <= group:
-        S = fold_group(0, S)
-      else:
-        S = lax.fori_loop(0, (n_fold + group - 1) // group, fold_group, S)
-      S = rounded(S)
+      carry = (S,) + tuple(ring(r) for r in range(FOLD_AHEAD))
+      S = rounded(lax.fori_loop(0, n_fold, fold_row, carry)[0])
       flush = status.flushes(cfg, R, n_fold, n)
       if not body:
         pl.when((n_fold > 0) & flush)(lambda: store_state(S))
@@ -174,8 +178,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       if plan.compact:
         store_state(S)
 
-    L = min(R, cap)
-    segment_y(S, body, L)
+    segment_y(S, body, L, kept)
     if not plan.compact:
       def store_slot(S, i):
         pl.when(body + i < n)(lambda: store_state(S, i))
