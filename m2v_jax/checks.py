@@ -36,8 +36,10 @@ def expect(name, a, shape, dtypes):
     raise ValueError(f"{name}: expected shape {list(shape)}, got {list(a.shape)}")
   dtypes = [jnp.dtype(d) for d in dtypes]
   if jnp.dtype(a.dtype) not in dtypes:
+    hint = (f" (cast it, e.g. {name}.astype(jnp.{dtypes[0].name}))"
+            if jnp.dtype(a.dtype) == jnp.float64 else "")
     raise TypeError(f"{name}: expected dtype {' or '.join(d.name for d in dtypes)}, "
-                    f"got {jnp.dtype(a.dtype).name}")
+                    f"got {jnp.dtype(a.dtype).name}{hint}")
 
 
 def is_host(a) -> bool:
@@ -86,6 +88,32 @@ def backend(cfg: config_lib.Mamba2Config, name: str) -> None:
                      f"(use backend='reference')")
 
 
+# What each axis of a pool leaf counts, by the config field that sets it (after entries).
+_AXES = {
+    "SnapshotState": {"ssm": ("capacity", "nheads", "headdim", "dstate"),
+                      "conv": ("capacity", "conv_dim", "d_conv - 1")},
+    "CompactState": {"ssm": ("nheads", "headdim", "dstate"),
+                     "conv": ("conv_dim", "d_conv - 1"),
+                     "last_xbc": ("capacity", "conv_dim"),
+                     "win_xb": ("window + capacity", "d_inner + ngroups * dstate"),
+                     "win_dt": ("window + capacity", "nheads")},
+}
+
+
+def _pool_shapes(cfg, st, E, kind):
+  """Raises naming the config field a pool leaf's shape disagrees with."""
+  want_all = state_lib.state_shapes(cfg, E, jnp.float32)
+  for name, axes in _AXES[kind].items():
+    got, want = tuple(getattr(st, name).shape), want_all._asdict()[name].shape
+    if len(got) != len(want):
+      raise ValueError(f"state.{name}: expected shape {list(want)}, got {list(got)}")
+    for field, g, w in zip(axes, got[1:], want[1:]):
+      if g != w:
+        raise ValueError(f"state: the pool was built for another config: state.{name} has "
+                         f"{field} = {g} where this cfg has {w} (build the pool with "
+                         f"m2v_jax.init_state(cfg, ...) for this cfg)")
+
+
 def state(cfg: config_lib.Mamba2Config, st, dtype) -> int:
   """Checks a pool against `cfg` and the activation dtype; returns its entries E."""
   expected_type = state_lib.state_type(cfg)
@@ -93,6 +121,17 @@ def state(cfg: config_lib.Mamba2Config, st, dtype) -> int:
     raise TypeError(f"state: cfg.replay_mode={cfg.replay_mode!r} expects "
                     f"{expected_type.__name__}, got {type(st).__name__}")
   E = st.ssm.shape[0]
+  for name in type(st)._fields:
+    if getattr(st, name).shape[:1] != (E,):
+      raise ValueError(f"state.{name}: expected {E} entries (as state.ssm), got "
+                       f"{list(getattr(st, name).shape)}")
+  _pool_shapes(cfg, st, E, expected_type.__name__)
+  window_dtype = state_lib.activation_dtype(st)
+  if isinstance(st, state_lib.CompactState) and jnp.dtype(window_dtype) != jnp.dtype(dtype):
+    raise TypeError(f"xbc: the compact pool keeps {jnp.dtype(window_dtype).name} activations "
+                    f"(it was built with that dtype), got {jnp.dtype(dtype).name}: cast xbc "
+                    f"and dt, or build the pool with m2v_jax.init_state(cfg, E, "
+                    f"jnp.{jnp.dtype(dtype).name})")
   conv_dtypes = (jnp.float32, dtype)
   shapes = state_lib.state_shapes(cfg, E, dtype, st.conv.dtype
                                   if jnp.dtype(st.conv.dtype) in map(jnp.dtype, conv_dtypes)
@@ -154,9 +193,18 @@ def entries(cache_indices, B, E):
   if bad.size:
     raise ValueError(f"cache_indices[{bad[0]}]={ci[bad[0]]}: expected -1 (padding) or "
                      f"0 <= index < {E}")
-  if np.any(status.repeated_entries(ci, xp=np)):
-    raise ValueError(f"cache_indices: an entry appears twice in one call: {ci.tolist()}")
+  shared = np.flatnonzero(status.shared_entries(ci, xp=np))
+  if shared.size:
+    e = ci[shared[0]]
+    raise ValueError(f"cache_indices: sequences {np.flatnonzero(ci == e).tolist()} all address "
+                     f"pool entry {e}; each sequence needs its own entry (-1 for padding)")
   return ci
+
+
+def entries_checked(cache_indices) -> bool:
+  """Whether `entries` has ruled out shared entries on the host (None, or host values),
+  so that the device need not."""
+  return not isinstance(cache_indices, jax.Array)
 
 
 def state_rows(cfg, state_row, B, cache_indices):

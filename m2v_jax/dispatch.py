@@ -197,16 +197,24 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   return y.astype(xbc.dtype), state
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "chunk_tiles"),
+@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "chunk_tiles",
+                                             "entries_checked"),
                    donate_argnums=(1,))
 def call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, backend,
-         chunked, chunk_tiles=None):
+         chunked, chunk_tiles=None, entries_checked=True):
   """The jitted body of `verify` and `prefill`: the state (argument 1) is donated.
 
   Args as `m2v_jax.verify` after checking; `chunked` picks the chunked path (`use_chunked`),
-  `chunk_tiles` overrides its tile table. Returns (y, new state).
+  `chunk_tiles` overrides its tile table; `entries_checked=False` rejects the sequences of
+  shared entries here (`status.reject_shared`). Returns (y, new state).
   """
   B, R, _ = xbc.shape
+  if not entries_checked and cache_indices is not None and B > 1:
+    cache_indices = status.reject_shared(jnp.asarray(cache_indices, jnp.int32),
+                                         state.ssm.shape[0])
+  # Params a user's jit closes over are constants; the barrier keeps XLA from folding
+  # exp(A_log) at compile time (off by an ulp from the runtime exp), so all calls agree.
+  params = lax.optimization_barrier(params)
   ragged_rows = num_rows
   cache_indices, num_rows = status.index_defaults(B, R, cache_indices, num_rows)
   if backend == config_lib.REFERENCE:
@@ -223,15 +231,16 @@ def call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, 
 def committed(params, state, state_row, cache_indices, *, cfg, backend):
   """The jitted body of `committed_state` (the pool is neither donated nor modified)."""
   B = state_row.shape[0]
+  params = lax.optimization_barrier(params)   # as in `call`
   cache_indices, _ = status.index_defaults(B, 0, cache_indices, None)
   if backend == config_lib.REFERENCE or not cfg.compact:
     return reference.committed_state(cfg, params, state, state_row, cache_indices)
   E = state.ssm.shape[0]
-  safe, valid, _ = status.entry_status(cfg, state, state_row, 0, cache_indices)
+  safe, valid, pad = status.entry_status(cfg, state, state_row, 0, cache_indices)
   # Fold a gathered copy of the B addressed entries, not the pool: the fold kernels alias
   # their state, so folding the (undonated) pool would copy all E entries.
   sub = CompactState(*(leaf[safe] for leaf in state))
   own = jnp.where((cache_indices >= 0) & (cache_indices < E), jnp.arange(B, dtype=jnp.int32), -2)
   folded = fold(cfg, backend, params, sub, state_row, own)
-  return (reference.mask_invalid(folded.ssm.astype(f32), valid),
-          reference.mask_invalid(folded.conv, valid))
+  return (reference.mask_invalid(folded.ssm.astype(f32), valid, pad),
+          reference.mask_invalid(folded.conv, valid, pad))

@@ -67,7 +67,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
       none and apply a gated RMSNorm outside.)
     cache_indices: optional [B] int32 pool entries; -1 marks padding (nothing read or
       written, y = 0). Default `arange(B)` (then E must equal B). A live entry must not
-      appear twice in one call.
+      appear twice in one call: host values raise ValueError; in a device array, every
+      sequence addressing a shared entry is rejected (y NaN, the entry untouched).
     num_rows: optional [B] int32 in [1, R]: rows past a sequence's count leave its state
       unchanged (snapshot: slots >= num_rows untouched; compact: only num_rows pending) and
       give y = 0.
@@ -85,7 +86,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
       cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=True)
   checks.backend(cfg, backend)
   return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
-                       cache_indices, num_rows, cfg=cfg, backend=backend, chunked=False)
+                       cache_indices, num_rows, cfg=cfg, backend=backend, chunked=False,
+                       entries_checked=checks.entries_checked(cache_indices))
 
 
 def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, state_row, *,
@@ -156,7 +158,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype)
   return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
                        cache_indices, num_rows, cfg=cfg, backend=backend, chunked=chunked,
-                       chunk_tiles=chunk_tiles if chunked else None)
+                       chunk_tiles=chunk_tiles if chunked else None,
+                       entries_checked=checks.entries_checked(cache_indices))
 
 
 def _ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
@@ -198,8 +201,8 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
 
   Returns:
     (ssm [B, H, P, N] float32 (a 16-bit pool's state widened), conv [B, C, K-1] in the
-    state's conv dtype); NaN for a sequence whose device-side `state_row` or entry is
-    invalid.
+    state's conv dtype); zeros for padding (entry -1), NaN for a sequence whose
+    device-side `state_row` or entry is invalid.
 
   Raises:
     ValueError / TypeError: wrong shapes or dtypes, host `state_row` out of range.
@@ -293,15 +296,15 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
     pend = state.pending[entry] - status.last_call_start(state.starts[entry])
   else:
     pend = jnp.int32(cfg.capacity)
-  repeated = status.repeated_entries(ci)
+  repeated = status.shared_entries(ci)
   dup = jnp.argmax(repeated).astype(jnp.int32)
 
   def check(b, r, p, d, e):
     checkify.check(b < 0, "state_row rejected for sequence {s}: state_row={r}, allowed "
                    "0 <= state_row < {p} (or exactly 0 with nothing pending), or its "
                    "cache entry / num_rows is out of range", s=b, r=r, p=p)
-    checkify.check(d < 0, "cache_indices: sequence {d} addresses entry {e}, which an "
-                   "earlier sequence of the call addresses too (results undefined)", d=d, e=e)
+    checkify.check(d < 0, "cache_indices: sequence {d} addresses pool entry {e}, which "
+                   "another sequence of the call addresses too (both rejected)", d=d, e=e)
 
   err, _ = checkify.checkify(check)(jnp.where(jnp.any(bad), first, -1), row, pend,
                                     jnp.where(jnp.any(repeated), dup, -1), ci[dup])

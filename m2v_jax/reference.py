@@ -369,7 +369,7 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   (a 16-bit state widened).
 
   Snapshot: slot `state_row` of each entry. Compact: the base with the pending rows up to
-  `state_row` folded in. Invalid rows or entries give NaN states.
+  `state_row` folded in. Padding (entry -1) gives zeros, invalid rows or entries NaN.
   """
   E = state.ssm.shape[0]
   Bsz = state_row.shape[0]
@@ -377,7 +377,7 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   compact = isinstance(state, CompactState)
   pending = state.pending[safe] if compact else None
   starts = state.starts[safe] if compact else None
-  ok, _, _ = status.sequence_status(compact, cfg.capacity, E, 0, idx, state_row,
+  ok, pad, _ = status.sequence_status(compact, cfg.capacity, E, 0, idx, state_row,
                                     jnp.zeros_like(state_row), pending, starts=starts,
                                     W=cfg.window_rows)
   if not compact:
@@ -386,12 +386,15 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
   else:
     ssm, conv, _ = fold(cfg, params, state, state_row, safe)
     conv = conv.astype(state.conv.dtype)
-  return mask_invalid(ssm, ok), mask_invalid(conv, ok)
+  return mask_invalid(ssm, ok, pad), mask_invalid(conv, ok, pad)
 
 
-def mask_invalid(a, ok):
-  """a with the rows b where ok[b] is False replaced by NaN (dtype kept)."""
-  return jnp.where(ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.nan).astype(a.dtype)
+def mask_invalid(a, ok, pad):
+  """a with the rows b of padding (pad[b]) replaced by 0 and the other rows where ok[b] is
+  False by NaN, as `verify` fills y (dtype kept)."""
+  shape = (-1,) + (1,) * (a.ndim - 1)
+  fill = jnp.where(pad, 0.0, jnp.nan).reshape(shape)
+  return jnp.where(ok.reshape(shape), a, fill).astype(a.dtype)
 
 
 # ----------------------------------------------------------------------------------------------

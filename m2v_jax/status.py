@@ -137,11 +137,17 @@ def entry_status(cfg, state, state_row, R: int, cache_indices, num_rows=None):
   return safe, valid, pad
 
 
-def repeated_entries(cache_indices, xp=jnp):
-  """[B] bool: a live entry (>= 0) that an earlier sequence of the same call also addresses.
-  Two sequences of one call must not share an entry (their writes would race)."""
+def shared_entries(cache_indices, xp=jnp):
+  """[B] bool: a live entry (>= 0) that another sequence of the same call also addresses
+  (every such sequence is marked). Two sequences must not share an entry: their writes
+  would race."""
   ci = cache_indices
   B = ci.shape[0]
-  earlier = xp.arange(B)[None, :] < xp.arange(B)[:, None]
-  same = ci[:, None] == ci[None, :]
-  return (ci >= 0) & xp.any(same & earlier, axis=1)
+  other = xp.arange(B)[None, :] != xp.arange(B)[:, None]
+  return (ci >= 0) & xp.any((ci[:, None] == ci[None, :]) & other, axis=1)
+
+
+def reject_shared(cache_indices, E: int):
+  """cache_indices with every shared entry (`shared_entries`) replaced by E, out of the
+  pool: the kernels then reject those sequences (y NaN, no entry written)."""
+  return jnp.where(shared_entries(cache_indices), E, cache_indices).astype(jnp.int32)

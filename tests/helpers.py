@@ -13,8 +13,8 @@ def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
   """A geometry small enough for interpret mode: H=4, P=8 (16 where the compiled chunked
   prefill must run: its dots are at least 16 wide), N=16 (64 where the SSM kernel's state
   must span several n_cols chunks), K=4."""
-  return m.Mamba2Config(nheads=4, headdim=headdim, dstate=dstate, ngroups=ngroups,
-                        capacity=capacity, replay_mode=mode, **kw)
+  return m.Mamba2Config(**{"nheads": 4, **kw}, headdim=headdim, dstate=dstate,
+                        ngroups=ngroups, capacity=capacity, replay_mode=mode)
 
 
 def inputs(cfg, B, R, dtype=jnp.float32, rng=None, z=False):

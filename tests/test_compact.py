@@ -47,6 +47,37 @@ class Pair:
     return self.rng.integers(0, min(self.last_R, self.snap.capacity), self.B)
 
 
+def modes_under_user_jit(backend):
+  """Both modes through a jitted step that closes over the params (XLA sees them as
+  constants), then the committed state: returns {mode: (y, committed ssm, committed conv)}."""
+  import jax
+  out = {}
+  for mode in ("snapshot", "compact"):
+    cfg = small_cfg(mode=mode, headdim=16, dstate=32, nheads=8)
+    p = m.random_params(cfg, 0)          # 8 heads: some exp(A_log) fold an ulp off
+    rng = np.random.default_rng(0)
+    state = m.state_from_committed(
+        cfg, jnp.asarray(rng.normal(0, 0.5, (2, cfg.nheads, cfg.headdim, cfg.dstate)), jnp.float32),
+        jnp.zeros((2, cfg.conv_dim, cfg.d_conv - 1), jnp.float32), jnp.float32)
+    xbc, dt = inputs(cfg, 2, 4, rng=rng)
+    step = jax.jit(lambda s, x, d, cfg=cfg, p=p: m.verify(cfg, p, s, x, d, jnp.zeros(2, jnp.int32),
+                                                        backend=backend))
+    y, state = step(state, xbc, dt)
+    out[mode] = (y,) + tuple(m.committed_state(cfg, p, state, [3, 1], backend=backend))
+  return out
+
+
+def check_modes_under_user_jit(backend):
+  out = modes_under_user_jit(backend)
+  for i, what in enumerate(("y", "committed ssm", "committed conv")):
+    assert_bitwise(out["snapshot"][i], out["compact"][i], what)
+
+
+def test_modes_agree_under_user_jit_reference():
+  """The reference backend's modes agree bitwise when a user's jit closes over the params."""
+  check_modes_under_user_jit("reference")
+
+
 def test_compact_memory_is_one_state_plus_window():
   cfg = m.BOLT.replace(replay_mode="compact")
   shapes = m.state_shapes(cfg, 1, jnp.bfloat16)
@@ -249,6 +280,11 @@ class CompactChecks:
       assert_bitwise(out["snapshot", name][1], out["compact", name][1], f"{name} state")
     assert_close(out["compact", "variant"][0], out["compact", "default"][0], 1e-6, "y")
     assert_close(out["compact", "variant"][1], out["compact", "default"][1], 1e-6, "state")
+
+  def test_modes_agree_under_user_jit(self):
+    """A jitted step that closes over the params: the modes' y and committed states agree
+    bitwise (XLA may fold what it sees as constants, differently from the runtime)."""
+    check_modes_under_user_jit(self.backend)
 
   def test_convert_snapshot_with_float32_conv_to_compact(self):
     """bf16 activations with a float32 conv state convert to a bf16 compact pool."""

@@ -317,6 +317,49 @@ class PoolChecks:
                         [5, 0], cache_indices=[1, 3], backend=self.backend)
     assert_bitwise(np.asarray(y)[0], np.asarray(y)[1], "restored entry vs original")
 
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_shared_entry_rejects_both_sequences(self, mode):
+    """A device array addressing one entry from two sequences: both get NaN y and every
+    entry is left bitwise as it was, the third sequence runs as alone; host values raise
+    before anything runs."""
+    cfg = small_cfg(mode=mode)
+    p = m.random_params(cfg, 5)
+    rng = np.random.default_rng(5)
+    state = m.init_state(cfg, 4, jnp.float32)
+    xbc, dt = inputs(cfg, 3, 8, rng=rng)
+    _, state = m.verify(cfg, p, state, xbc, dt, [0, 0, 0], cache_indices=[0, 1, 2],
+                        backend=self.backend)
+    before = copy_state(state)
+    x2, d2 = inputs(cfg, 3, 4, rng=rng)
+    with pytest.raises(ValueError, match=r"sequences \[0, 2\] all address pool entry 1"):
+      m.verify(cfg, p, state, x2, d2, [2, 2, 2], cache_indices=[1, 0, 1], backend=self.backend)
+    y, state = m.verify(cfg, p, state, x2, d2, jnp.asarray([2, 2, 2], jnp.int32),
+                        cache_indices=jnp.asarray([1, 0, 1], jnp.int32), backend=self.backend)
+    y = np.asarray(y)
+    assert np.isnan(y[[0, 2]]).all() and np.isfinite(y[1]).all()
+    alone, _ = m.verify(cfg, p, copy_state(before), x2[1:2], d2[1:2], [2],
+                        cache_indices=[0], backend=self.backend)
+    assert_bitwise(y[1:2], alone, "the other sequence")
+    for name in ("ssm", "conv"):
+      for e in (1, 3):
+        assert_bitwise(getattr(state, name)[e], getattr(before, name)[e], f"{name}[{e}]")
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_committed_state_of_padding_is_zero(self, mode):
+    """committed_state fills as verify fills y: padding zeros, an invalid entry NaN."""
+    cfg = small_cfg(mode=mode)
+    p = m.random_params(cfg, 6)
+    state = m.init_state(cfg, 4, jnp.float32)
+    xbc, dt = inputs(cfg, 2, 8, rng=np.random.default_rng(6))
+    _, state = m.verify(cfg, p, state, xbc, dt, [0, 0], cache_indices=[0, 1],
+                        backend=self.backend)
+    ssm, conv = m.committed_state(cfg, p, state, jnp.asarray([3, 0, 2], jnp.int32),
+                                  cache_indices=jnp.asarray([1, -1, 7], jnp.int32),
+                                  backend=self.backend)
+    ssm, conv = np.asarray(ssm), np.asarray(conv)
+    assert np.isfinite(ssm[0]).all() and (ssm[1] == 0).all() and np.isnan(ssm[2]).all()
+    assert (conv[1] == 0).all() and np.isnan(conv[2]).all()
+
 
 @pytest.mark.gpu
 class TestPoolCompiled(PoolChecks):

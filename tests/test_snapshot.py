@@ -78,12 +78,38 @@ def test_static_errors_capacity_state_and_pool():
              xbc[:, :2], dt[:, :2], [0, 0])
   with pytest.raises(ValueError, match="cache_indices: required when the pool has 5 entries"):
     m.verify(cfg, p, m.init_state(cfg, 5, jnp.float32), xbc[:, :2], dt[:, :2], [0, 0])
-  with pytest.raises(ValueError, match=r"state.conv: expected shape \[2, 8, 96, 3\]"):
+  with pytest.raises(ValueError, match=r"state.conv has d_conv - 1 = 2 where this cfg has 3"):
     st = m.init_state(cfg, 2, jnp.float32)
     m.verify(cfg, p, st._replace(conv=st.conv[..., :2]), xbc[:, :2], dt[:, :2], [0, 0])
   with pytest.raises(ValueError, match=r"params.D: expected shape \[4\]"):
     m.verify(cfg, p._replace(D=jnp.zeros((5,))), m.init_state(cfg, 2, jnp.float32),
              xbc[:, :2], dt[:, :2], [0, 0])
+
+
+def test_errors_name_the_cause():
+  """A pool of another capacity or window, activations of another dtype than a compact pool's,
+  float64 input: each message names the cause and what to do, and the pool is untouched."""
+  cfg = small_cfg(capacity=4)
+  comp = cfg.replace(replay_mode="compact")
+  p = m.random_params(cfg, 17)
+  xbc, dt = inputs(cfg, 2, 2)
+  cases = [
+      (cfg, m.init_state(cfg.replace(capacity=8), 2, jnp.float32), xbc, dt, ValueError,
+       r"built for another config: state.ssm has capacity = 8 where this cfg has 4"),
+      (comp.replace(window=16), m.init_state(comp, 2, jnp.float32), xbc, dt, ValueError,
+       r"state.win_xb has window \+ capacity = 8 where this cfg has 20"),
+      (comp, m.init_state(comp, 2, jnp.float32), xbc.astype(jnp.bfloat16),
+       dt.astype(jnp.bfloat16), TypeError,
+       r"the compact pool keeps float32 activations .* got bfloat16: cast xbc and dt"),
+      (cfg, m.init_state(cfg, 2, jnp.float32), np.asarray(xbc, np.float64), dt, TypeError,
+       r"got float64 \(cast it, e.g. xbc.astype\(jnp.float32\)\)"),
+  ]
+  for c, st, x, d, err, msg in cases:
+    before = copy_state(st)
+    with pytest.raises(err, match=msg):
+      m.verify(c, p, st, x, d, [0, 0], backend="reference")
+    for name in type(st)._fields:
+      assert_bitwise(getattr(st, name), getattr(before, name), name)
 
 
 # One call of R rows against R one-row calls (SPEC: float32 rounding, 2e-6 relative).
