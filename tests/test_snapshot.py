@@ -40,7 +40,7 @@ def test_static_errors_name_the_argument(change, exc, match):
 
 def test_verify_checked_reports_an_entry_shared_by_two_sequences():
   """Device-side cache_indices are not checked on the host; two sequences on one entry are
-  reported by verify_checked (the results themselves are undefined)."""
+  rejected on the device, and verify_checked reports them."""
   cfg = small_cfg()
   p = m.random_params(cfg, 20)
   state = m.init_state(cfg, 4, jnp.float32)
@@ -48,7 +48,8 @@ def test_verify_checked_reports_an_entry_shared_by_two_sequences():
   ci = jnp.asarray([2, 0, 2], jnp.int32)
   _, state, err = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32),
                                    cache_indices=ci, backend="reference")
-  with pytest.raises(Exception, match="sequence 2 addresses entry 2, which an earlier"):
+  with pytest.raises(Exception, match="sequence 0 addresses pool entry 2, which another sequence of the call "
+                                    "addresses too"):
     err.throw()
   _, _, ok = m.verify_checked(cfg, p, state, xbc, dt, jnp.zeros(3, jnp.int32),
                               cache_indices=jnp.asarray([2, 0, 3], jnp.int32),
