@@ -119,12 +119,20 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
 
   def new_rows(S, t0, L, store):
-    """The state after each new row t0 .. t0 + L - 1 (L static); `store(S, i)` after row i."""
-    for i in range(L):
-      S = update(S, *row(xr_ref, dtr_ref, b, t0 + i))
+    """The state after each new row t0 .. t0 + L - 1 (L static); `store(S, i)` after row i.
+    A loop that loads the next row while it updates with the current one."""
+    def ahead(i):
+      return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
+
+    def step(i, carry):
+      S, cur = carry
+      loaded = ahead(i + 1)
+      S = update(S, *cur)
       if store:
         store(S, i)
-    return S
+      return S, loaded
+
+    return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
 
   @pl.when(valid)
   def _run():
