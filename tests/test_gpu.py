@@ -60,17 +60,18 @@ def test_rounding_policy_canary():
   assert_bitwise(out, fused, "state update vs one fused multiply-add")
 
 
-@pytest.mark.parametrize("act", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("act", [jnp.bfloat16, jnp.float16, jnp.float32])
 def test_products_canary(act):
-  """The compiled dual-form products are float32-accurate (the TF32 head-and-tail split
-  with 16-bit activations, 3-pass TF32 with float32 ones): S . C^T of a Bolt head within
-  1e-6 of float64, where one TF32 pass of the same operands is off by more than 1e-5 (so
-  the test would see a precision fall back to it)."""
+  """The compiled dual-form products are float32-accurate (three bf16 parts with bfloat16
+  activations, the TF32 head-and-tail split with float16 ones, 3-pass TF32 with float32
+  ones): S . C^T of a Bolt head within 1e-6 of float64, where one TF32 pass of the same
+  operands is off by more than 1e-5 (so the test would see a precision fall back to it)."""
   rng = np.random.default_rng(0)
   s = rng.normal(size=(64, 128)).astype(np.float32)
   c = np.asarray(jnp.asarray(rng.normal(size=(8, 128)), act).astype(jnp.float32))
   want = s.astype(np.float64) @ c.astype(np.float64).T
-  mm = backend.Products(exact_rows=act != jnp.float32, tensor_cores=True)
+  mm = backend.Products(exact_rows=act != jnp.float32, tensor_cores=True,
+                        bf16_rows=act == jnp.bfloat16)
 
   def kernel(*, s_ref, c_ref, o_ref, t_ref):
     o_ref[...] = mm.state(s_ref[...], c_ref[...])

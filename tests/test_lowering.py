@@ -44,6 +44,24 @@ def test_verify_plans_lower_to_triton(mode, R, z):
   assert "tf.aliasing_output" in text                  # and the jit donates them
 
 
+@pytest.mark.parametrize("R", [1, 8, 37])
+def test_bf16_products_contract_at_least_16(R):
+  """bf16 tensor-core products need k >= 16 (mma k16); with bfloat16 activations every bf16
+  dot of the verify kernels contracts at least that many, the shorter ones run TF32."""
+  import re
+  cfg = m.BOLT.replace(replay_mode="compact")
+
+  def f(p, s, x, d, r, z_, ci, nr):
+    return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=False)
+
+  irs = backend.triton_kernels(f, *kernel_ir.call_args(cfg, 2, R, False, jnp.bfloat16, None),
+                               donate_argnums=(1,))
+  dots = re.findall(r"tensor<(\d+)x(\d+)xbf16> \* tensor<(\d+)x(\d+)xbf16>",
+                    irs[f"m2v_ssm_compact_r{R}"][0])
+  assert dots, "no bf16 products: the test cannot tell"
+  assert all(int(k) >= backend.BF16_MIN_K for _, k, _, _ in dots), dots
+
+
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_pool_and_odd_geometry_lower(mode):
   """A pool larger than the batch, H not a power of two (Mamba2-2.7B: 80 heads), float32."""

@@ -127,25 +127,34 @@ def _tf32_head(x):
   return lax.bitcast_convert_type(u, jnp.float32)
 
 
+# The smallest contraction of a bf16 tensor-core product (mma k16); shorter ones run TF32.
+BF16_MIN_K = 16
+
+
 class Products:
   """The float32-accurate products of the verify kernels' dual form (`kernels.dual`), on 2-D
   tiles, float32 accumulation.
 
-  Compiled, on the tensor cores, every operand of every pass is exactly representable in
-  TF32, so no conversion the compiler picks (rounding or truncating the low bits) can change
-  a product: x, B and C of 16-bit activations are exact as they are; a float32 operand is
-  split into a head (its leading 11 bits) and a middle part (the next 11), and the passes
+  Compiled, on the tensor cores, every operand of every pass is exact in the pass's input
+  type, so no conversion the compiler picks can change a product. With bfloat16 activations
+  and a contraction of at least BF16_MIN_K, the passes are bf16: x, B and C are exact, and a
+  float32 operand is split into three bfloat16 parts (each the rounded remainder of the one
+  before: 27 bits in all, so the split is exact). Otherwise TF32: x, B and C of float16 activations are exact; a float32 operand
+  is split into a head (its leading 11 bits) and a middle part (the next 11), and the passes
   sum head and middle products (two passes, or three when both operands are float32, with
-  float32 activations). What is dropped is below 2^-22 of each operand. Otherwise (interpret
-  mode, the jax.numpy reference): float32 products by XLA (`Precision.HIGHEST`).
+  float32 activations); what is dropped is below 2^-22 of each operand. Parts are summed
+  small first. Without tensor cores (interpret mode, the jax.numpy reference): float32
+  products by XLA (`Precision.HIGHEST`).
 
   Args:
     exact_rows: whether the activations are 16-bit (x, B and C exact in TF32).
     tensor_cores: compiled kernels (else XLA's float32 products).
+    bf16_rows: whether the activations are bfloat16 (bf16 passes).
   """
 
-  def __init__(self, exact_rows: bool, tensor_cores: bool):
+  def __init__(self, exact_rows: bool, tensor_cores: bool, bf16_rows: bool = False):
     self.exact_rows, self.tensor_cores = exact_rows, tensor_cores
+    self.bf16_rows = bf16_rows and tensor_cores
 
   def _dot(self, a, b, dims, split, acc):
     """acc + a . b with `dims` contracting dims; `split`: the operands that are float32
@@ -157,6 +166,19 @@ class Products:
     if not self.tensor_cores:
       return add(acc, lax.dot_general(a, b, dn, precision=lax.Precision.HIGHEST,
                                       preferred_element_type=jnp.float32))
+    if self.bf16_rows and a.shape[dims[0][0]] >= BF16_MIN_K:
+      bf = lambda v: v.astype(jnp.bfloat16)
+      one = lambda u, v: lax.dot_general(u, v, dn, preferred_element_type=jnp.float32)
+      if "a" in split:
+        parts = [(p, bf(b)) for p in _bf16_parts(a)]
+      elif "b" in split:
+        parts = [(bf(a), p) for p in _bf16_parts(b)]
+      else:
+        parts = [(bf(a), bf(b))]
+      total = acc
+      for u, v in parts:
+        total = add(total, one(u, v))
+      return total
     one = lambda u, v: lax.dot_general(u, v, dn, precision=lax.DotAlgorithmPreset.TF32_TF32_F32,
                                        preferred_element_type=jnp.float32)
     parts = lambda v, is_f32: _tf32_parts(v) if is_f32 else (v, None)
@@ -180,6 +202,17 @@ class Products:
   def exact(self, b, c, acc=None):
     """acc + b [K, N] times c [T, N] transposed, both rows: [K, T]."""
     return self._dot(b, c, ((1,), (1,)), "", acc)
+
+
+def _bf16_parts(v):
+  """Three bfloat16 parts of float32 v, smallest first: each part is the remainder of v less
+  the parts after it, rounded to nearest; with 9 significant bits each (8 stored, the
+  rounding's sign) they hold all of v's 24."""
+  hi = v.astype(jnp.bfloat16)
+  r1 = v - hi.astype(jnp.float32)
+  mid = r1.astype(jnp.bfloat16)
+  lo = (r1 - mid.astype(jnp.float32)).astype(jnp.bfloat16)
+  return lo, mid, hi
 
 
 def _tf32_parts(v):

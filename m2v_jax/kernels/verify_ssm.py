@@ -25,7 +25,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
                 origin_ref=None, ssm_out_ref, pend_out_ref=None, starts_out_ref=None,
                 origin_out_ref=None, y_ref=None, plan):
-  """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, B, H).
+  """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
 
   Refs (E pool entries, B sequences, RT scratch rows, Q ring rows, XB = H*P + G*N):
     idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
@@ -55,11 +55,12 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
   HP, GN = cfg.d_inner, G * N
   BP, NC = plan.block_p, plan.n_cols
   chunks = [pl.ds(k * NC, NC) for k in range(N // NC)]
-  mm = backend.Products(plan.exact_rows, tensor_cores=not plan.interpret)
+  mm = backend.Products(plan.exact_rows, tensor_cores=not plan.interpret,
+                        bf16_rows=plan.y_dtype == jnp.bfloat16)
   fma = backend.fma(plan.interpret)
   triton = not plan.interpret
 
-  pid_p, b, h = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
   e = status.safe_entry(entry, plan.E)
   n_fold = fold_ref[b]
@@ -231,7 +232,7 @@ def ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows):
                    y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
       aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
                    starts_ref="starts_out_ref", origin_ref="origin_out_ref"),
-      grid=(P // plan.block_p, plan.B, H),
+      grid=(P // plan.block_p, H, plan.B),     # heads vary fastest: one sequence at a time
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
       name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
