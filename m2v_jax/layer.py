@@ -90,17 +90,17 @@ class MixerParams(NamedTuple):
   out_proj: jax.Array
 
 
-def random_mixer_params(cfg: MixerConfig, seed: int = 0, weight_dtype=jnp.float32,
+def random_mixer_params(cfg: MixerConfig, key=0, weight_dtype=jnp.float32,
                         out_scale: float = 1.0) -> MixerParams:
-  """Random mixer parameters (for tests and benchmarks): the conv + SSM as
-  `params.random_params`, in_proj ~ N(0, 1/d_model), out_proj ~ N(0, out_scale² / d_inner)
-  (in `weight_dtype`), norm weight 1 + N(0, 0.1²)."""
-  rng = np.random.default_rng(seed)
-  w = lambda shape, std: jnp.asarray(rng.normal(0, std, shape), weight_dtype)
-  return MixerParams(in_proj=w((cfg.d_model, cfg.d_in_proj), cfg.d_model ** -0.5),
-                     ssm=params_lib.random_params(cfg.ssm, seed),
-                     norm_weight=w((cfg.d_inner,), 0.1) + jnp.asarray(1, weight_dtype),
-                     out_proj=w((cfg.d_inner, cfg.d_model), out_scale * cfg.d_inner ** -0.5))
+  """Random mixer parameters (for tests and benchmarks); `key`: a `jax.random` key or an int
+  seed. The conv + SSM as `params.random_params`, in_proj ~ N(0, 1/d_model), out_proj ~
+  N(0, out_scale² / d_inner) (in `weight_dtype`), norm weight 1 + N(0, 0.1²)."""
+  k = jax.random.split(params_lib.as_key(key), 4)
+  w = lambda i, shape, std: (std * jax.random.normal(k[i], shape, jnp.float32)).astype(weight_dtype)
+  return MixerParams(in_proj=w(0, (cfg.d_model, cfg.d_in_proj), cfg.d_model ** -0.5),
+                     ssm=params_lib.random_params(cfg.ssm, k[1]),
+                     norm_weight=w(2, (cfg.d_inner,), 0.1) + jnp.asarray(1, weight_dtype),
+                     out_proj=w(3, (cfg.d_inner, cfg.d_model), out_scale * cfg.d_inner ** -0.5))
 
 
 def check_params(cfg: MixerConfig, p: MixerParams) -> None:

@@ -36,19 +36,32 @@ def param_shapes(cfg: config_lib.Mamba2Config) -> LayerParams:
   return LayerParams(conv_weight=(C, K), conv_bias=(C,), dt_bias=(H,), A_log=(H,), D=(H,))
 
 
-def random_params(cfg: config_lib.Mamba2Config, seed: int = 0) -> LayerParams:
+def random_params(cfg: config_lib.Mamba2Config, key=0) -> LayerParams:
   """Random parameters in the ranges trained Mamba-2 layers have (for tests and benchmarks).
 
+  Args:
+    cfg: the geometry.
+    key: a `jax.random` key, or an int seed for one.
+
   dt_bias is drawn so that softplus(dt_bias) lies in [1e-3, 1e-1] (the Mamba-2 dt init),
-  A_log = log(U[1, 16]), D ~ U[0.5, 1.5], conv taps ~ N(0, 1/K).
+  A_log = log(U[1, 16]), D ~ U[0.5, 1.5], conv taps ~ N(0, 1/K), conv bias ~ N(0, 0.1²);
+  all float32.
   """
-  rng = np.random.default_rng(seed)
   C, K, H = cfg.conv_dim, cfg.d_conv, cfg.nheads
-  dt0 = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), H))
+  k = jax.random.split(as_key(key), 5)
+  u = lambda i, n, lo, hi: jax.random.uniform(k[i], (n,), jnp.float32, lo, hi)
+  dt0 = jnp.exp(u(0, H, np.log(1e-3), np.log(1e-1)))
   return LayerParams(
-      conv_weight=jnp.asarray(rng.normal(0, 1 / np.sqrt(K), (C, K)), jnp.float32),
-      conv_bias=jnp.asarray(rng.normal(0, 0.1, C), jnp.float32),
-      dt_bias=jnp.asarray(dt0 + np.log(-np.expm1(-dt0)), jnp.float32),
-      A_log=jnp.asarray(np.log(rng.uniform(1, 16, H)), jnp.float32),
-      D=jnp.asarray(rng.uniform(0.5, 1.5, H), jnp.float32),
+      conv_weight=jax.random.normal(k[1], (C, K), jnp.float32) / np.sqrt(K),
+      conv_bias=0.1 * jax.random.normal(k[2], (C,), jnp.float32),
+      dt_bias=dt0 + jnp.log(-jnp.expm1(-dt0)),
+      A_log=jnp.log(u(3, H, 1.0, 16.0)),
+      D=u(4, H, 0.5, 1.5),
   )
+
+
+def as_key(key):
+  """`key` as a `jax.random` key: an int seeds one, a key passes through."""
+  if isinstance(key, (int, np.integer)):
+    return jax.random.key(int(key))
+  return key

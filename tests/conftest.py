@@ -24,8 +24,20 @@ import pytest  # noqa: E402
 ON_GPU = jax.default_backend() == "gpu"
 
 
+GPU_SKIP_REASON = "needs a CUDA GPU (compiled Pallas Triton kernels)"
+
+
 def pytest_collection_modifyitems(config, items):
-  skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (compiled Pallas Triton kernels)")
+  skip_gpu = pytest.mark.skip(reason=GPU_SKIP_REASON)
   for item in items:
     if "gpu" in item.keywords and not ON_GPU:
       item.add_marker(skip_gpu)
+
+
+def pytest_terminal_summary(terminalreporter):
+  skipped = [r for r in terminalreporter.stats.get("skipped", [])
+             if GPU_SKIP_REASON in str(r.longrepr)]
+  if skipped:
+    terminalreporter.write_line(
+        f"{len(skipped)} GPU tests skipped: JAX sees no GPU here; on a GPU machine "
+        f"`pytest -m gpu` runs them (BUILD.md, GPU checks)")

@@ -12,6 +12,21 @@ from tests.helpers import (assert_bitwise, assert_close, inputs, np_rows, random
                            small_cfg, spec_error)
 
 
+def test_random_params_take_a_key_or_a_seed():
+  """A `jax.random` key or an int seed for it; values in the documented ranges."""
+  import jax
+  cfg = small_cfg()
+  by_key, by_seed = m.random_params(cfg, jax.random.key(7)), m.random_params(cfg, 7)
+  for a, b in zip(by_key, by_seed):
+    assert_bitwise(a, b, "key vs seed")
+  assert not np.array_equal(m.random_params(cfg, 8).A_log, by_seed.A_log)
+  a = np.exp(np.asarray(by_seed.A_log))
+  dt = np.log1p(np.exp(np.asarray(by_seed.dt_bias)))
+  assert (a >= 1).all() and (a <= 16).all() and (dt >= 9e-4).all() and (dt <= 0.11).all()
+  mixer = m.layer.random_mixer_params(m.MixerConfig(ssm=cfg, d_model=16), jax.random.key(7))
+  assert mixer.in_proj.shape == (16, m.MixerConfig(ssm=cfg, d_model=16).d_in_proj)
+
+
 @pytest.mark.parametrize("ngroups", [1, 2])
 @pytest.mark.parametrize("use_z", [False, True])
 def test_rows_match_float64_transcription(ngroups, use_z):
