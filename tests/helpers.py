@@ -1,11 +1,17 @@
-"""Shared test helpers: small geometries, random inputs, bitwise and tolerance asserts."""
+"""Shared test helpers and drivers: geometries, inputs, asserts, paired-mode and pool runs."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import m2v_jax as m
+
+
+# Pool entries and batch of the pool drivers.
+E, B = 16, 5
 
 
 def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
@@ -84,7 +90,6 @@ def mark_16bit_float32_parity_gap(request, backend, state_dtype, act):
   y that differ in a few elements by one float32 ulp (measured on the H200; deterministic,
   `tools/parity_probe.py`; cause open). Marks the test as an expected failure there (strict:
   a pass is reported), so the gap stays visible; bfloat16 activations must agree."""
-  import pytest
   if (backend == "pallas" and jnp.dtype(state_dtype) != jnp.float32
       and jnp.dtype(act) == jnp.float32):
     request.applymarker(pytest.mark.xfail(
@@ -138,3 +143,268 @@ def spec_error(got, want, cfg):
   scale = np.max(np.abs(want), axis=-1)
   assert np.all(np.isfinite(got)) and np.all(scale > 0)
   return float(np.max(np.percentile(np.abs(got - want), 99.9, axis=-1) / scale))
+
+
+class Pair:
+  """The same call sequence in both modes, compared bitwise after every call."""
+
+  def __init__(self, backend, capacity=8, B=3, seed=0, ngroups=2, dtype=jnp.float32, cfg=None):
+    self.snap = cfg or small_cfg(ngroups=ngroups, capacity=capacity)
+    self.comp = self.snap.replace(replay_mode="compact")
+    self.p = m.random_params(self.snap, seed)
+    self.backend, self.B, self.dtype = backend, B, dtype
+    self.rng = np.random.default_rng(seed)
+    self.s = m.init_state(self.snap, B, dtype)
+    self.c = m.init_state(self.comp, B, dtype)
+    self.rows = np.zeros(B, np.int32)
+    self.last_R = 0
+
+  def call(self, R, rows=None):
+    rows = self.rows if rows is None else np.asarray(rows, np.int32)
+    xbc, dt = inputs(self.snap, self.B, R, self.dtype, rng=self.rng)
+    fn = m.verify if R <= self.snap.capacity else m.prefill
+    ys, self.s = fn(self.snap, self.p, self.s, xbc, dt, rows, backend=self.backend)
+    yc, self.c = fn(self.comp, self.p, self.c, xbc, dt, rows, backend=self.backend)
+    assert_bitwise(ys, yc, f"y (R={R}, rows={rows.tolist()})")
+    assert np.asarray(self.c.pending).tolist() == [min(R, self.snap.capacity)] * self.B
+    self.last_R = R
+    return ys, (xbc, dt)
+
+  def accept(self, rows):
+    """Sets the next state_row and checks the committed states of both modes agree."""
+    self.rows = np.asarray(rows, np.int32)
+    a = m.committed_state(self.snap, self.p, self.s, self.rows, backend=self.backend)
+    b = m.committed_state(self.comp, self.p, self.c, self.rows, backend=self.backend)
+    assert_bitwise(a[0], b[0], f"committed ssm at rows {self.rows.tolist()}")
+    assert_bitwise(a[1], b[1], f"committed conv at rows {self.rows.tolist()}")
+    return a
+
+  def random_rows(self):
+    return self.rng.integers(0, min(self.last_R, self.snap.capacity), self.B)
+
+
+class PoolPair:
+  """The same pool calls in both modes and on the reference, checked after every call."""
+
+  def __init__(self, backend, seed, cfg=None, num_entries=E, batch=B, dtype=jnp.float32):
+    self.snap = cfg or small_cfg()
+    self.comp = self.snap.replace(replay_mode="compact")
+    self.p = m.random_params(self.snap, seed)
+    self.backend, self.E, self.B, self.dtype = backend, num_entries, batch, dtype
+    self.rng = np.random.default_rng(seed)
+    self.k = {c.replay_mode: m.init_state(c, num_entries, dtype) for c in (self.snap, self.comp)}
+    self.r = {c.replay_mode: m.init_state(c, num_entries, dtype) for c in (self.snap, self.comp)}
+
+  def call(self, idx, rows, nrows, R=8, nan_seq=None):
+    E, B = self.E, self.B
+    idx, rows, nrows = (np.asarray(a, np.int32) for a in (idx, rows, nrows))
+    xbc, dt = inputs(self.snap, B, R, self.dtype, rng=self.rng)
+    if nan_seq is not None:
+      xbc = xbc.at[nan_seq, 0, :5].set(jnp.nan).at[nan_seq, 1, 7].set(jnp.inf)
+    before = {k: copy_state(v) for k, v in self.k.items()}
+    ys = {}
+    for cfg in (self.snap, self.comp):
+      mode = cfg.replay_mode
+      ys[mode], self.k[mode] = m.verify(cfg, self.p, self.k[mode], xbc, dt, rows,
+                                        cache_indices=idx, num_rows=nrows, backend=self.backend)
+      yr, self.r[mode] = m.verify(cfg, self.p, self.r[mode], xbc, dt, rows, cache_indices=idx,
+                                  num_rows=nrows, backend="reference")
+      live = [b for b in range(B) if b != nan_seq]
+      tol = 1e-5 if self.dtype == jnp.float32 else 2e-2
+      assert_close(np.asarray(ys[mode], np.float32)[live], np.asarray(yr, np.float32)[live], tol,
+                   f"{mode} y vs reference")
+      clean = [e for e in range(E) if nan_seq is None or e != idx[nan_seq]]
+      for name, a, b in zip(type(self.k[mode])._fields, self.k[mode], self.r[mode]):
+        a, b = np.asarray(a)[clean], np.asarray(b)[clean]
+        if name == "pending":
+          assert_bitwise(a, b, "pending vs reference")
+        else:
+          assert_close(a, b, 1e-5, f"{mode} {name} vs reference")
+      untouched = sorted(set(range(E)) - set(idx.tolist()))
+      for name, a, b in zip(type(self.k[mode])._fields, self.k[mode], before[mode]):
+        assert_bitwise(np.asarray(a)[untouched], b[untouched], f"{mode} {name}: unaddressed entries")
+    assert_bitwise(ys["snapshot"], ys["compact"], "y snapshot vs compact")
+    y = np.asarray(ys["snapshot"])
+    for b in range(B):
+      if idx[b] == -1:
+        assert not np.any(y[b]), "padding rows are zeros"
+      else:
+        assert not np.any(y[b, nrows[b]:]), "rows past num_rows are zeros"
+    return ys
+
+  def committed(self, idx, rows):
+    out = [m.committed_state(c, self.p, self.k[c.replay_mode], np.asarray(rows, np.int32),
+                             cache_indices=np.asarray(idx, np.int32), backend=self.backend)
+           for c in (self.snap, self.comp)]
+    for a, b in zip(*out):
+      assert_bitwise(a, b, "committed snapshot vs compact")
+    return out[0]
+
+
+def check_reused_entry(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=2):
+  """A pool entry reset for a new request carries nothing of the previous one over (window,
+  pending rows, conv, state): after a reset, its y equals that of the same entry of a fresh
+  pool, bitwise; both pool calls are checked against the reference on the way."""
+  assert num_entries > batch, "entries 1..batch are used, and a fresh one for the reuse"
+  pp = PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch, dtype=dtype)
+  idx = np.arange(1, batch + 1)
+  reused = int(idx[3])
+  pp.call(idx=idx, rows=np.zeros(batch), nrows=np.full(batch, 8))
+  # entry `reused` now serves a new request: reset it in both modes (and the reference)
+  for d in (pp.k, pp.r):
+    for k in d:
+      d[k] = m.reset_entries(d[k], [reused])
+  idx2 = np.roll(idx, -3)                                 # reused first, one padding sequence
+  idx2[2] = -1
+  rows = pp.rng.integers(0, 8, batch)
+  rows[0] = rows[2] = 0
+  nrows = np.full(batch, 8)
+  nrows[2] = 1
+  pp.call(idx=idx2, rows=rows, nrows=nrows)
+  # a fresh pool gives entry `reused` the same results: the reset left nothing behind
+  others = [e for e in range(num_entries) if e != reused]
+  later = np.array([reused] + (others[::2] + others[1::2])[:batch - 1], np.int32)
+  args = inputs(pp.snap, batch, 8, dtype, rng=np.random.default_rng(5))
+  fresh = m.init_state(pp.comp, num_entries, dtype)
+  y, fresh = m.verify(pp.comp, pp.p, fresh, *args, [0] * batch, cache_indices=later,
+                      backend=backend)
+  for k in pp.k:
+    pp.k[k] = m.reset_entries(pp.k[k], [reused])
+  y2, pp.k["compact"] = m.verify(pp.comp, pp.p, pp.k["compact"], *args, [0] * batch,
+                                 cache_indices=later, backend=backend)
+  assert_bitwise(np.asarray(y)[0], np.asarray(y2)[0], "reused entry")
+
+
+def check_nan_isolation(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=4):
+  """NaN and Inf inputs in one sequence (index 2) leave every other sequence's y and state
+  bitwise equal to a run without them (pool entries shuffled)."""
+  order = np.random.default_rng(seed).permutation(num_entries)[:batch]
+  full = np.full(batch, 8)
+  pair = lambda: PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch,
+                          dtype=dtype)
+  pp, clean = pair(), pair()          # same seed: their input draws stay in step
+  for q in (pp, clean):
+    q.call(idx=order, rows=np.zeros(batch), nrows=full)
+  rng = np.random.default_rng(seed + 1)
+  rows, nrows = rng.integers(0, 8, batch), rng.integers(1, 9, batch)
+  ys = pp.call(idx=order, rows=rows, nrows=nrows, nan_seq=2)
+  ys_clean = clean.call(idx=order, rows=rows, nrows=nrows)
+  others = [b for b in range(batch) if b != 2]
+  for mode in ys:
+    assert_bitwise(np.asarray(ys[mode])[others], np.asarray(ys_clean[mode])[others], f"{mode} y")
+    for name, a, b in zip(type(pp.k[mode])._fields, pp.k[mode], clean.k[mode]):
+      assert_bitwise(np.asarray(a)[order[others]], np.asarray(b)[order[others]], f"{mode} {name}")
+    assert np.any(np.isnan(np.asarray(ys[mode], np.float32)[2])), "the NaN reached its own y"
+
+
+# (replay mode, window, state dtype) of the sharding tests: both modes, deferred commit and
+# 16-bit state storage.
+SHARDED_VARIANTS = [("snapshot", None, jnp.float32), ("compact", None, jnp.float32),
+                    ("compact", 16, jnp.float32), ("snapshot", None, jnp.bfloat16),
+                    ("compact", 16, jnp.bfloat16)]
+
+
+def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp",
+                         state_dtype=jnp.float32, chunked=None):
+  """Runs calls of R in `Rs` rows (`verify` for R <= capacity, else `prefill` with `chunked`)
+  with heads over mesh axis "tp" and sequences over "dp", and on one device; y and the
+  states agree bitwise after every call."""
+  p = m.random_params(cfg, seed)
+  rng = np.random.default_rng(seed)
+  n = mesh.shape["tp"]
+  steps = {}
+  for op, kw in ((m.verify, {}), (m.prefill, dict(chunked=chunked))):
+    run = m.sharding.sharded(op, mesh, cfg, head_axis="tp", batch_axis=batch_axis,
+                             backend=backend, **kw)
+    steps[op] = (jax.jit(run, donate_argnums=1), kw)
+  one = m.init_state(cfg, Bsz, dtype, state_dtype=state_dtype)
+  ptp, many, _ = m.sharding.to_tp_layout(
+      cfg, n, params=p, state=m.init_state(cfg, Bsz, dtype, state_dtype=state_dtype))
+  ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis=batch_axis, params=ptp,
+                             state=many)
+  rows = np.zeros(Bsz, np.int32)
+  for R in Rs:
+    op = m.verify if R <= cfg.capacity else m.prefill
+    step, kw = steps[op]
+    xbc, dt = inputs(cfg, Bsz, R, dtype, rng=rng)
+    y1, one = op(cfg, p, one, xbc, dt, rows, backend=backend, **kw)
+    _, _, xtp = m.sharding.to_tp_layout(cfg, n, xbc=xbc)
+    y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
+    assert len(y2.sharding.device_set) == mesh.size
+    assert_bitwise(y1, y2, f"y (R={R})")
+    _, back, _ = m.sharding.from_tp_layout(cfg, n, state=many)
+    for name, a, b in zip(type(one)._fields, one, back):
+      assert_bitwise(a, b, f"{name} (R={R})")
+    rows = rng.integers(0, min(R, cfg.capacity), Bsz).astype(np.int32)
+
+
+def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
+  """Calls of the mixer layer (`prefill` for R > capacity) with heads over mesh axis "tp" and
+  sequences over "dp", and on one device, float32 activations and weights: out and the
+  states agree to float32 rounding (each shard runs its own columns of in_proj, and
+  out_proj's sum is split across the shards), the integer leaves exactly."""
+  p = m.layer.random_mixer_params(cfg, seed)
+  rng = np.random.default_rng(seed)
+  n = mesh.shape["tp"]
+  runs = {pf: jax.jit(m.sharding.sharded_mixer(mesh, cfg, head_axis="tp", batch_axis="dp",
+                                                prefill=pf, chunked=chunked, backend=backend),
+                      donate_argnums=1) for pf in (False, True)}
+  one = m.init_state(cfg.ssm, Bsz, jnp.float32)
+  ptp = m.sharding.mixer_to_tp_layout(cfg, n, p)
+  _, many, _ = m.sharding.to_tp_layout(cfg.ssm, n, state=m.init_state(cfg.ssm, Bsz, jnp.float32))
+  ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis="dp", params=ptp, state=many)
+  rows = np.zeros(Bsz, np.int32)
+  for R in Rs:
+    pf = R > cfg.ssm.capacity
+    hidden = jnp.asarray(rng.normal(0, 1, (Bsz, R, cfg.d_model)), jnp.float32)
+    out1, one = m.mixer(cfg, p, one, hidden, rows, prefill=pf, chunked=chunked if pf else None,
+                        backend=backend)
+    out2, many = runs[pf](ptp, many, hidden, jnp.asarray(rows))
+    assert_close(out2, out1, 1e-5, f"out (R={R})")
+    _, back, _ = m.sharding.from_tp_layout(cfg.ssm, n, state=many)
+    assert_states_close(back, one, 1e-5, f"(R={R})")
+    rows = rng.integers(0, min(R, cfg.ssm.capacity), Bsz).astype(np.int32)
+
+
+def check_chunked_pool(backend, cfg, R, tol=1e-5):
+  """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
+  padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
+  a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
+  the reference. The gate is on."""
+  p = m.random_params(cfg, 31)
+  rng = np.random.default_rng(31)
+  E, B = 6, 4
+  state = random_state(cfg, E, rng=rng)
+  if cfg.replay_mode == "compact":
+    x8, d8 = inputs(cfg, E, 8, rng=rng)
+    _, state = m.verify(cfg, p, state, x8, d8, [0] * E, backend="reference")
+  idx = jnp.asarray([0, -1, 2, 4], jnp.int32)
+  rows = jnp.asarray([0, 0, -1, 3], jnp.int32)          # sequence 2: invalid row
+  xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+  xbc = xbc.at[3, 5, :3].set(jnp.nan)                    # sequence 3: NaN input
+  before = copy_state(state)
+  ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+  y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, cache_indices=idx,
+                          backend="reference")
+  run = jax.jit(lambda s, r, i: m.prefill(cfg, p, s, xbc, dt, r, z=z, cache_indices=i,
+                                          backend=backend, chunked=True))
+  y, got = run(state, rows, idx)
+  y = np.asarray(y)
+  assert_close(y[0], y_ref[0], tol, "y of sequence 0")
+  assert not np.any(y[1]), "padding rows are zeros"
+  assert np.all(np.isnan(y[2])), "rejected sequence: NaN rows"
+  assert not np.any(np.isnan(y[0])) and np.any(np.isnan(y[3]))
+  for name, a, b, w in zip(type(got)._fields, got, before, want):
+    a, w = np.asarray(a), np.asarray(w)
+    for e in (1, 2, 3, 5):                               # unaddressed or rejected
+      assert_bitwise(a[e], b[e], f"{name} of entry {e}")
+    if name == "pending":
+      assert_bitwise(a[0], w[0], name)
+    else:
+      assert_close(a[0], w[0], tol, f"{name} of entry 0")
+
+
+# Relative error bounds (final state, float32 y) of the chunked body at each product
+# precision against the serial float32 recurrence: 4 to 10 times the errors measured in
+# interpret mode (R = 200, 16-row chunks).
+PRECISION_BOUND = {"highest": (1e-5, 1e-5), "tf32": (2e-3, 2e-3), "bf16": (1e-2, 1e-2)}

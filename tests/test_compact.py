@@ -6,45 +6,7 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import dispatch
-from tests.helpers import assert_bitwise, assert_close, copy_state, inputs, small_cfg
-
-
-class Pair:
-  """The same call sequence in both modes, compared bitwise after every call."""
-
-  def __init__(self, backend, capacity=8, B=3, seed=0, ngroups=2, dtype=jnp.float32, cfg=None):
-    self.snap = cfg or small_cfg(ngroups=ngroups, capacity=capacity)
-    self.comp = self.snap.replace(replay_mode="compact")
-    self.p = m.random_params(self.snap, seed)
-    self.backend, self.B, self.dtype = backend, B, dtype
-    self.rng = np.random.default_rng(seed)
-    self.s = m.init_state(self.snap, B, dtype)
-    self.c = m.init_state(self.comp, B, dtype)
-    self.rows = np.zeros(B, np.int32)
-    self.last_R = 0
-
-  def call(self, R, rows=None):
-    rows = self.rows if rows is None else np.asarray(rows, np.int32)
-    xbc, dt = inputs(self.snap, self.B, R, self.dtype, rng=self.rng)
-    fn = m.verify if R <= self.snap.capacity else m.prefill
-    ys, self.s = fn(self.snap, self.p, self.s, xbc, dt, rows, backend=self.backend)
-    yc, self.c = fn(self.comp, self.p, self.c, xbc, dt, rows, backend=self.backend)
-    assert_bitwise(ys, yc, f"y (R={R}, rows={rows.tolist()})")
-    assert np.asarray(self.c.pending).tolist() == [min(R, self.snap.capacity)] * self.B
-    self.last_R = R
-    return ys, (xbc, dt)
-
-  def accept(self, rows):
-    """Sets the next state_row and checks the committed states of both modes agree."""
-    self.rows = np.asarray(rows, np.int32)
-    a = m.committed_state(self.snap, self.p, self.s, self.rows, backend=self.backend)
-    b = m.committed_state(self.comp, self.p, self.c, self.rows, backend=self.backend)
-    assert_bitwise(a[0], b[0], f"committed ssm at rows {self.rows.tolist()}")
-    assert_bitwise(a[1], b[1], f"committed conv at rows {self.rows.tolist()}")
-    return a
-
-  def random_rows(self):
-    return self.rng.integers(0, min(self.last_R, self.snap.capacity), self.B)
+from tests.helpers import Pair, assert_bitwise, assert_close, copy_state, inputs, small_cfg
 
 
 def modes_under_user_jit(backend):

@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 
-import jax
 import jax.numpy as jnp
 import pytest
 

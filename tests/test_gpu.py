@@ -11,12 +11,10 @@ import pytest
 import m2v_jax as m
 from m2v_jax import reference
 from m2v_jax.kernels import backend, rowmath
-from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
+from tests.helpers import (PRECISION_BOUND, SHARDED_VARIANTS, Pair, PoolPair, check_chunked_pool,
+                           check_nan_isolation, check_reused_entry, check_sharded_mixer,
+                           check_sharded_verify, assert_bitwise, assert_close, copy_state, inputs, np_rows,
                            random_state, spec_error)
-from tests.test_compact import Pair
-from tests.test_prefill import PRECISION_BOUND, check_chunked_pool
-from tests.test_pools import (SHARDED_VARIANTS, PoolPair, check_nan_isolation,
-                              check_reused_entry, check_sharded_mixer, check_sharded_verify)
 
 pytestmark = pytest.mark.gpu
 BOLT = m.BOLT

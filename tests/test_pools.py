@@ -7,125 +7,10 @@ import pytest
 from jax.sharding import Mesh
 
 import m2v_jax as m
-from m2v_jax import checks
-from tests.helpers import (assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
-                           small_cfg)
+from tests.helpers import (E, SHARDED_VARIANTS, PoolPair, assert_bitwise, check_nan_isolation,
+                           check_reused_entry, check_sharded_mixer, check_sharded_verify,
+                           copy_state, inputs, small_cfg)
 
-E, B = 16, 5
-
-
-class PoolPair:
-  """The same pool calls in both modes and on the reference, checked after every call."""
-
-  def __init__(self, backend, seed, cfg=None, num_entries=E, batch=B, dtype=jnp.float32):
-    self.snap = cfg or small_cfg()
-    self.comp = self.snap.replace(replay_mode="compact")
-    self.p = m.random_params(self.snap, seed)
-    self.backend, self.E, self.B, self.dtype = backend, num_entries, batch, dtype
-    self.rng = np.random.default_rng(seed)
-    self.k = {c.replay_mode: m.init_state(c, num_entries, dtype) for c in (self.snap, self.comp)}
-    self.r = {c.replay_mode: m.init_state(c, num_entries, dtype) for c in (self.snap, self.comp)}
-
-  def call(self, idx, rows, nrows, R=8, nan_seq=None):
-    E, B = self.E, self.B
-    idx, rows, nrows = (np.asarray(a, np.int32) for a in (idx, rows, nrows))
-    xbc, dt = inputs(self.snap, B, R, self.dtype, rng=self.rng)
-    if nan_seq is not None:
-      xbc = xbc.at[nan_seq, 0, :5].set(jnp.nan).at[nan_seq, 1, 7].set(jnp.inf)
-    before = {k: copy_state(v) for k, v in self.k.items()}
-    ys = {}
-    for cfg in (self.snap, self.comp):
-      mode = cfg.replay_mode
-      ys[mode], self.k[mode] = m.verify(cfg, self.p, self.k[mode], xbc, dt, rows,
-                                        cache_indices=idx, num_rows=nrows, backend=self.backend)
-      yr, self.r[mode] = m.verify(cfg, self.p, self.r[mode], xbc, dt, rows, cache_indices=idx,
-                                  num_rows=nrows, backend="reference")
-      live = [b for b in range(B) if b != nan_seq]
-      tol = 1e-5 if self.dtype == jnp.float32 else 2e-2
-      assert_close(np.asarray(ys[mode], np.float32)[live], np.asarray(yr, np.float32)[live], tol,
-                   f"{mode} y vs reference")
-      clean = [e for e in range(E) if nan_seq is None or e != idx[nan_seq]]
-      for name, a, b in zip(type(self.k[mode])._fields, self.k[mode], self.r[mode]):
-        a, b = np.asarray(a)[clean], np.asarray(b)[clean]
-        if name == "pending":
-          assert_bitwise(a, b, "pending vs reference")
-        else:
-          assert_close(a, b, 1e-5, f"{mode} {name} vs reference")
-      untouched = sorted(set(range(E)) - set(idx.tolist()))
-      for name, a, b in zip(type(self.k[mode])._fields, self.k[mode], before[mode]):
-        assert_bitwise(np.asarray(a)[untouched], b[untouched], f"{mode} {name}: unaddressed entries")
-    assert_bitwise(ys["snapshot"], ys["compact"], "y snapshot vs compact")
-    y = np.asarray(ys["snapshot"])
-    for b in range(B):
-      if idx[b] == -1:
-        assert not np.any(y[b]), "padding rows are zeros"
-      else:
-        assert not np.any(y[b, nrows[b]:]), "rows past num_rows are zeros"
-    return ys
-
-  def committed(self, idx, rows):
-    out = [m.committed_state(c, self.p, self.k[c.replay_mode], np.asarray(rows, np.int32),
-                             cache_indices=np.asarray(idx, np.int32), backend=self.backend)
-           for c in (self.snap, self.comp)]
-    for a, b in zip(*out):
-      assert_bitwise(a, b, "committed snapshot vs compact")
-    return out[0]
-
-
-def check_reused_entry(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=2):
-  """A pool entry reset for a new request carries nothing of the previous one over (window,
-  pending rows, conv, state): after a reset, its y equals that of the same entry of a fresh
-  pool, bitwise; both pool calls are checked against the reference on the way."""
-  assert num_entries > batch, "entries 1..batch are used, and a fresh one for the reuse"
-  pp = PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch, dtype=dtype)
-  idx = np.arange(1, batch + 1)
-  reused = int(idx[3])
-  pp.call(idx=idx, rows=np.zeros(batch), nrows=np.full(batch, 8))
-  # entry `reused` now serves a new request: reset it in both modes (and the reference)
-  for d in (pp.k, pp.r):
-    for k in d:
-      d[k] = m.reset_entries(d[k], [reused])
-  idx2 = np.roll(idx, -3)                                 # reused first, one padding sequence
-  idx2[2] = -1
-  rows = pp.rng.integers(0, 8, batch)
-  rows[0] = rows[2] = 0
-  nrows = np.full(batch, 8)
-  nrows[2] = 1
-  pp.call(idx=idx2, rows=rows, nrows=nrows)
-  # a fresh pool gives entry `reused` the same results: the reset left nothing behind
-  others = [e for e in range(num_entries) if e != reused]
-  later = np.array([reused] + (others[::2] + others[1::2])[:batch - 1], np.int32)
-  args = inputs(pp.snap, batch, 8, dtype, rng=np.random.default_rng(5))
-  fresh = m.init_state(pp.comp, num_entries, dtype)
-  y, fresh = m.verify(pp.comp, pp.p, fresh, *args, [0] * batch, cache_indices=later,
-                      backend=backend)
-  for k in pp.k:
-    pp.k[k] = m.reset_entries(pp.k[k], [reused])
-  y2, pp.k["compact"] = m.verify(pp.comp, pp.p, pp.k["compact"], *args, [0] * batch,
-                                 cache_indices=later, backend=backend)
-  assert_bitwise(np.asarray(y)[0], np.asarray(y2)[0], "reused entry")
-
-
-def check_nan_isolation(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.float32, seed=4):
-  """NaN and Inf inputs in one sequence (index 2) leave every other sequence's y and state
-  bitwise equal to a run without them (pool entries shuffled)."""
-  order = np.random.default_rng(seed).permutation(num_entries)[:batch]
-  full = np.full(batch, 8)
-  pair = lambda: PoolPair(backend, seed=seed, cfg=cfg, num_entries=num_entries, batch=batch,
-                          dtype=dtype)
-  pp, clean = pair(), pair()          # same seed: their input draws stay in step
-  for q in (pp, clean):
-    q.call(idx=order, rows=np.zeros(batch), nrows=full)
-  rng = np.random.default_rng(seed + 1)
-  rows, nrows = rng.integers(0, 8, batch), rng.integers(1, 9, batch)
-  ys = pp.call(idx=order, rows=rows, nrows=nrows, nan_seq=2)
-  ys_clean = clean.call(idx=order, rows=rows, nrows=nrows)
-  others = [b for b in range(batch) if b != 2]
-  for mode in ys:
-    assert_bitwise(np.asarray(ys[mode])[others], np.asarray(ys_clean[mode])[others], f"{mode} y")
-    for name, a, b in zip(type(pp.k[mode])._fields, pp.k[mode], clean.k[mode]):
-      assert_bitwise(np.asarray(a)[order[others]], np.asarray(b)[order[others]], f"{mode} {name}")
-    assert np.any(np.isnan(np.asarray(ys[mode], np.float32)[2])), "the NaN reached its own y"
 
 
 def test_host_checks_for_pools():
@@ -135,17 +20,10 @@ def test_host_checks_for_pools():
   xbc, dt = inputs(cfg, 3, 4)
   with pytest.raises(ValueError, match=r"cache_indices\[1\]=16: expected -1 \(padding\) or 0 <= index < 16"):
     m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[0, 16, 2])
-  with pytest.raises(ValueError, match="an entry appears twice"):
+  with pytest.raises(ValueError, match=r"sequences \[0, 2\] all address pool entry 5"):
     m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[5, 2, 5])
   with pytest.raises(ValueError, match=r"num_rows\[2\]=5: expected 1 <= num_rows <= R=4"):
     m.verify(cfg, p, st, xbc, dt, [0, 0, 0], cache_indices=[0, 1, 2], num_rows=[1, 4, 5])
-
-
-# (replay mode, window, state dtype) of the sharding tests: both modes, deferred commit and
-# 16-bit state storage.
-SHARDED_VARIANTS = [("snapshot", None, jnp.float32), ("compact", None, jnp.float32),
-                    ("compact", 16, jnp.float32), ("snapshot", None, jnp.bfloat16),
-                    ("compact", 16, jnp.bfloat16)]
 
 
 @pytest.mark.parametrize("mode,window,state_dtype", SHARDED_VARIANTS)
@@ -182,40 +60,6 @@ def test_sharding_with_a_make_mesh_mesh(mode):
                        batch_axis=None)
 
 
-def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp",
-                         state_dtype=jnp.float32, chunked=None):
-  """Runs calls of R in `Rs` rows (`verify` for R <= capacity, else `prefill` with `chunked`)
-  with heads over mesh axis "tp" and sequences over "dp", and on one device; y and the
-  states agree bitwise after every call."""
-  p = m.random_params(cfg, seed)
-  rng = np.random.default_rng(seed)
-  n = mesh.shape["tp"]
-  steps = {}
-  for op, kw in ((m.verify, {}), (m.prefill, dict(chunked=chunked))):
-    run = m.sharding.sharded(op, mesh, cfg, head_axis="tp", batch_axis=batch_axis,
-                             backend=backend, **kw)
-    steps[op] = (jax.jit(run, donate_argnums=1), kw)
-  one = m.init_state(cfg, Bsz, dtype, state_dtype=state_dtype)
-  ptp, many, _ = m.sharding.to_tp_layout(
-      cfg, n, params=p, state=m.init_state(cfg, Bsz, dtype, state_dtype=state_dtype))
-  ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis=batch_axis, params=ptp,
-                             state=many)
-  rows = np.zeros(Bsz, np.int32)
-  for R in Rs:
-    op = m.verify if R <= cfg.capacity else m.prefill
-    step, kw = steps[op]
-    xbc, dt = inputs(cfg, Bsz, R, dtype, rng=rng)
-    y1, one = op(cfg, p, one, xbc, dt, rows, backend=backend, **kw)
-    _, _, xtp = m.sharding.to_tp_layout(cfg, n, xbc=xbc)
-    y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
-    assert len(y2.sharding.device_set) == mesh.size
-    assert_bitwise(y1, y2, f"y (R={R})")
-    _, back, _ = m.sharding.from_tp_layout(cfg, n, state=many)
-    for name, a, b in zip(type(one)._fields, one, back):
-      assert_bitwise(a, b, f"{name} (R={R})")
-    rows = rng.integers(0, min(R, cfg.capacity), Bsz).astype(np.int32)
-
-
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_sharded_mixer_matches_one_device(mode):
   """The mixer layer with heads over 2 devices (sequences over 2) against one device."""
@@ -235,34 +79,6 @@ def test_sharded_mixer_checks_the_norm_groups():
   mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("tp",))
   with pytest.raises(ValueError, match="norm's groups=1, got 2"):
     m.sharding.sharded_mixer(mesh, cfg, head_axis="tp")
-
-
-def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
-  """Calls of the mixer layer (`prefill` for R > capacity) with heads over mesh axis "tp" and
-  sequences over "dp", and on one device, float32 activations and weights: out and the
-  states agree to float32 rounding (each shard runs its own columns of in_proj, and
-  out_proj's sum is split across the shards), the integer leaves exactly."""
-  p = m.layer.random_mixer_params(cfg, seed)
-  rng = np.random.default_rng(seed)
-  n = mesh.shape["tp"]
-  runs = {pf: jax.jit(m.sharding.sharded_mixer(mesh, cfg, head_axis="tp", batch_axis="dp",
-                                                prefill=pf, chunked=chunked, backend=backend),
-                      donate_argnums=1) for pf in (False, True)}
-  one = m.init_state(cfg.ssm, Bsz, jnp.float32)
-  ptp = m.sharding.mixer_to_tp_layout(cfg, n, p)
-  _, many, _ = m.sharding.to_tp_layout(cfg.ssm, n, state=m.init_state(cfg.ssm, Bsz, jnp.float32))
-  ptp, many = m.sharding.put(mesh, head_axis="tp", batch_axis="dp", params=ptp, state=many)
-  rows = np.zeros(Bsz, np.int32)
-  for R in Rs:
-    pf = R > cfg.ssm.capacity
-    hidden = jnp.asarray(rng.normal(0, 1, (Bsz, R, cfg.d_model)), jnp.float32)
-    out1, one = m.mixer(cfg, p, one, hidden, rows, prefill=pf, chunked=chunked if pf else None,
-                        backend=backend)
-    out2, many = runs[pf](ptp, many, hidden, jnp.asarray(rows))
-    assert_close(out2, out1, 1e-5, f"out (R={R})")
-    _, back, _ = m.sharding.from_tp_layout(cfg.ssm, n, state=many)
-    assert_states_close(back, one, 1e-5, f"(R={R})")
-    rows = rng.integers(0, min(R, cfg.ssm.capacity), Bsz).astype(np.int32)
 
 
 def test_reset_entries_checks_shapes():

@@ -10,47 +10,8 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch, reference
 from m2v_jax.kernels import chunk_scan as pk
-from tests.helpers import (assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
+from tests.helpers import (PRECISION_BOUND, Pair, check_chunked_pool, assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
                            random_state, small_cfg)
-from tests.test_compact import Pair
-
-
-def check_chunked_pool(backend, cfg, R, tol=1e-5):
-  """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
-  padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
-  a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
-  the reference. The gate is on."""
-  p = m.random_params(cfg, 31)
-  rng = np.random.default_rng(31)
-  E, B = 6, 4
-  state = random_state(cfg, E, rng=rng)
-  if cfg.replay_mode == "compact":
-    x8, d8 = inputs(cfg, E, 8, rng=rng)
-    _, state = m.verify(cfg, p, state, x8, d8, [0] * E, backend="reference")
-  idx = jnp.asarray([0, -1, 2, 4], jnp.int32)
-  rows = jnp.asarray([0, 0, -1, 3], jnp.int32)          # sequence 2: invalid row
-  xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-  xbc = xbc.at[3, 5, :3].set(jnp.nan)                    # sequence 3: NaN input
-  before = copy_state(state)
-  ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
-  y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, cache_indices=idx,
-                          backend="reference")
-  run = jax.jit(lambda s, r, i: m.prefill(cfg, p, s, xbc, dt, r, z=z, cache_indices=i,
-                                          backend=backend, chunked=True))
-  y, got = run(state, rows, idx)
-  y = np.asarray(y)
-  assert_close(y[0], y_ref[0], tol, "y of sequence 0")
-  assert not np.any(y[1]), "padding rows are zeros"
-  assert np.all(np.isnan(y[2])), "rejected sequence: NaN rows"
-  assert not np.any(np.isnan(y[0])) and np.any(np.isnan(y[3]))
-  for name, a, b, w in zip(type(got)._fields, got, before, want):
-    a, w = np.asarray(a), np.asarray(w)
-    for e in (1, 2, 3, 5):                               # unaddressed or rejected
-      assert_bitwise(a[e], b[e], f"{name} of entry {e}")
-    if name == "pending":
-      assert_bitwise(a[0], w[0], name)
-    else:
-      assert_close(a[0], w[0], tol, f"{name} of entry 0")
 
 
 def test_chunk_out_fills_rows_of_sequences_not_run():
@@ -365,12 +326,6 @@ class PrefillChecks:
                 backend="reference")
     assert not any(leaf.is_deleted() for leaf in state)
     assert_bitwise(state.ssm, jnp.zeros_like(state.ssm), "state kept")
-
-
-# Relative error bounds (final state, float32 y) of the chunked body at each product
-# precision against the serial float32 recurrence: 4 to 10 times the errors measured in
-# interpret mode (R = 200, 16-row chunks).
-PRECISION_BOUND = {"highest": (1e-5, 1e-5), "tf32": (2e-3, 2e-3), "bf16": (1e-2, 1e-2)}
 
 
 @pytest.mark.gpu
