@@ -1,11 +1,6 @@
-"""m2v_jax: JAX/Pallas GPU kernels for verifying speculative-decoding drafts in Mamba-2 models.
+"""m2v_jax: JAX/Pallas GPU kernels that verify speculative-decoding drafts in Mamba-2 models.
 
-Two replay modes with one op surface (`verify`, `prefill`, `committed_state`): snapshot (the
-state after every row goes to a slot of a bank) and compact replay (one base state plus the
-inputs of the pending rows, replayed in registers on the next call). See README.md,
-docs/semantics.md (what the ops compute) and docs/design.md (how). `m2v_jax.layer` wraps the
-ops into the Mamba-2 mixer layer (projections and gated norm); `m2v_jax.hf` loads Hugging Face
-checkpoints into it.
+See README.md, docs/semantics.md (what the ops compute) and docs/design.md (how).
 """
 
 from m2v_jax import hf, layer, sharding

@@ -1,13 +1,4 @@
-"""Host-side argument checks of the public ops: every message a rejected call raises.
-
-Everything here runs before any kernel, so a rejected call loses no state:
-- shapes, dtypes, group counts, R above a verify call's capacity, a state of the other mode:
-  ValueError / TypeError naming the argument, what was expected and what came;
-- `state_row`, `cache_indices` and `num_rows` given as host values (Python ints, lists,
-  NumPy arrays) and out of range: ValueError naming the sequence and the allowed range, by
-  the rule of `m2v_jax.status` (the kernels apply the same rule on the device to values only
-  known there, and to compact mode's pending counts, which the host never reads).
-"""
+"""Host-side argument checks of the public ops: every message a rejected call raises."""
 
 from __future__ import annotations
 
@@ -43,8 +34,7 @@ def expect(name, a, shape, dtypes):
 
 
 def is_host(a) -> bool:
-  """Whether an index argument is a host value (checked here) rather than a device array
-  (checked by the kernels)."""
+  """Whether an index argument is a host value (checked here) rather than a device array."""
   return isinstance(a, (int, np.integer, np.ndarray, list, tuple))
 
 
@@ -82,13 +72,13 @@ def params(cfg: config_lib.Mamba2Config, p) -> None:
 
 
 def backend(cfg: config_lib.Mamba2Config, name: str) -> None:
-  """The kernels need a power-of-two dstate (Triton blocks are powers of two)."""
+  """Raises ValueError unless dstate is a power of two (Triton blocks) on the kernel backends."""
   if name != config_lib.REFERENCE and cfg.dstate & (cfg.dstate - 1):
     raise ValueError(f"cfg.dstate: the Pallas kernels need a power of two, got {cfg.dstate} "
                      f"(use backend='reference')")
 
 
-# What each axis of a pool leaf counts, by the config field that sets it (after entries).
+# The config field behind each axis of a pool leaf (after entries).
 _AXES = {
     "SnapshotState": {"ssm": ("capacity", "nheads", "headdim", "dstate"),
                       "conv": ("capacity", "conv_dim", "d_conv - 1")},
@@ -144,7 +134,7 @@ def state(cfg: config_lib.Mamba2Config, st, dtype) -> int:
 
 
 def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: bool):
-  """Every check of a verify or prefill call: static ones, then host-value ranges.
+  """Every check of a verify or prefill call.
 
   Returns (state_row, cache_indices, num_rows), host values as int32 NumPy arrays.
   """
@@ -179,8 +169,7 @@ def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: 
 
 
 def entries(cache_indices, B, E):
-  """Checks `cache_indices` [B] (None: arange(B), which needs E == B); host values in
-  [-1, E) and no live entry twice. Returns it (host values as int32 NumPy)."""
+  """Checks `cache_indices` [B] (None needs E == B): host values in [-1, E), no live entry twice."""
   if cache_indices is None:
     if E != B:
       raise ValueError(f"cache_indices: required when the pool has {E} entries for a batch of {B}")
@@ -202,18 +191,12 @@ def entries(cache_indices, B, E):
 
 
 def entries_checked(cache_indices) -> bool:
-  """Whether `entries` has ruled out shared entries on the host (None, or host values),
-  so that the device need not."""
+  """Whether shared entries were ruled out on the host (None or host values)."""
   return not isinstance(cache_indices, jax.Array)
 
 
 def state_rows(cfg, state_row, B, cache_indices):
-  """Checks `state_row` [B]: a device array by shape and dtype; host values against the
-  static range 0 <= state_row < capacity for every live sequence. Compact mode's exact rule
-  (below the entry's pending count, or 0 with nothing pending) needs the pool's pending
-  counts, which live on the device: the kernels apply it (`status.row_ok`) and reject the
-  sequence, so a host check never waits for the device. Returns it (host values as int32
-  NumPy)."""
+  """Checks `state_row` [B]; host values in [0, capacity) (the pending rule runs on the device)."""
   if not is_host(state_row):
     expect("state_row", state_row, (B,), (jnp.int32,))
     return state_row

@@ -1,8 +1,4 @@
-"""Static configuration: layer geometry, the replay-mode option, execution backends.
-
-Everything here is hashable and static under `jax.jit`; nothing here touches device memory.
-Kernel launch parameters (tiles) live beside the kernels, in `m2v_jax.kernels.tiles`.
-"""
+"""Static configuration: layer geometry, the replay-mode option, execution backends."""
 
 from __future__ import annotations
 
@@ -13,30 +9,15 @@ import os
 import jax
 import jax.numpy as jnp
 
-# ----------------------------------------------------------------------------------------------
-# Replay mode option
-# ----------------------------------------------------------------------------------------------
-
 SNAPSHOT = "snapshot"
 COMPACT = "compact"
 
-# Accepted spellings of the mode option. "0"/"1" are the values of ONNX Runtime's
-# `ep.cuda.mamba2verify_compact_replay` session option ("0": per-row snapshots, "1": compact).
+# "0"/"1": ONNX Runtime's `ep.cuda.mamba2verify_compact_replay` values.
 _MODE_SPELLINGS = {"snapshot": SNAPSHOT, "compact": COMPACT, "0": SNAPSHOT, "1": COMPACT}
 
 
 def parse_replay_mode(value: str) -> str:
-  """Normalizes a replay-mode option to "snapshot" or "compact".
-
-  Args:
-    value: "snapshot", "compact", or ONNX Runtime's "0" (snapshot) / "1" (compact).
-
-  Returns:
-    "snapshot" or "compact".
-
-  Raises:
-    ValueError: for any other value (the message lists the accepted values).
-  """
+  """Normalizes "snapshot", "compact", or ONNX Runtime's "0" / "1"; raises ValueError otherwise."""
   if isinstance(value, str) and value in _MODE_SPELLINGS:
     return _MODE_SPELLINGS[value]
   raise ValueError(
@@ -44,47 +25,23 @@ def parse_replay_mode(value: str) -> str:
       f"('0'/'1' as in ONNX Runtime's ep.cuda.mamba2verify_compact_replay), got {value!r}")
 
 
-# ----------------------------------------------------------------------------------------------
-# Layer geometry
-# ----------------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass(frozen=True)
 class Mamba2Config:
-  """Geometry and options of one Mamba-2 mixer layer, as the verify ops see it.
+  """Geometry and options of one Mamba-2 mixer layer (names as state-spaces/mamba `Mamba2`).
 
-  The names follow the Mamba-2 reference implementation (state-spaces/mamba `Mamba2`):
-  `nheads` (H), `headdim` (P), `dstate` (N), `ngroups` (G), `d_conv` (K). Head h reads
-  group `h // (nheads // ngroups)` (contiguous map). The conv channels are laid out
-  `[x (H*P) | B (G*N) | C (G*N)]`, so `conv_dim = H*P + 2*G*N`.
+  Conv channels are `[x (H*P) | B (G*N) | C (G*N)]`; head h reads group h // (H / G).
 
   Attributes:
-    nheads: SSM heads H.
-    headdim: head dimension P.
-    dstate: state dimension N.
-    ngroups: B/C groups G; must divide `nheads`.
-    d_conv: causal conv width K (the conv state keeps K-1 columns).
-    capacity: rows a call can hand off: S slots of the snapshot bank, or the rows of the
-      compact window (W). A verify call takes R <= capacity rows, and the next call picks its
-      `state_row` among the last min(R, capacity) rows of the previous one.
-    window: compact mode's deferred commit (opt-in; snapshot mode ignores it): W rows in the
-      window, a power of two in [capacity, 32], with capacity <= 16. Rows accepted by
-      earlier calls stay pending in the window, unfolded, ahead of the last call's rows; a
-      call folds them in registers and writes the base only when its own rows would not fit
-      after them (a flush). None (default): the window is `capacity` rows and every call that
-      folds anything writes the base (ONNX Runtime's compact replay).
-    replay_mode: "snapshot" (default; ORT "0") or "compact" (ORT "1"). Validated here, where
-      the option is set.
-    dt_limit: (lo, hi) clamp applied to dt after softplus; default (0, inf), a no-op.
-    prefill_precision: the products of the chunked prefill's matmuls (only that path; the
-      verify kernels' products are float32-accurate): "highest" (3-pass TF32 on the tensor cores,
-      about float32 accuracy), "tf32" (one TF32 pass: operands rounded to 10 mantissa bits),
-      "bf16" (operands rounded to bfloat16, 7 bits). Accumulation is float32 in all three.
-      None (default) picks by the activation dtype the products whose operands keep as many
-      bits as the activations: "bf16" for bfloat16, "tf32" for float16 (the same 10 bits),
-      "highest" for float32 (`prefill_precision_for`); operands the kernels compute in
-      float32 (decay-weighted x, the starting state) do round to them. docs/design.md, "Prefill precision",
-      has the measured error of each.
+    nheads, headdim, dstate, ngroups, d_conv: H, P, N, G (dividing H), K.
+    capacity: rows a call can hand off: S snapshot slots or W window rows; a verify call
+      takes R <= capacity rows.
+    window: compact deferred commit (opt-in): W, a power of two in [capacity, 32] with
+      capacity <= 16; None: a window of `capacity` rows, base written on every fold.
+    replay_mode: "snapshot" (default, ORT "0") or "compact" (ORT "1").
+    dt_limit: (lo, hi) clamp of dt after softplus; default (0, inf), a no-op.
+    prefill_precision: products of the chunked prefill's matmuls, "highest", "tf32" or
+      "bf16" (float32 accumulation); None picks by activation dtype (`prefill_precision_for`;
+      docs/design.md, "Prefill precision").
 
   Raises:
     ValueError: a non-positive dimension, `ngroups` not dividing `nheads`, a bad
@@ -150,8 +107,7 @@ class Mamba2Config:
 
   @property
   def ring_rows(self) -> int:
-    """Rows of the compact window's ring buffer: W + capacity, so that a call's rows never
-    overwrite the rows it folds."""
+    """W + capacity: a call's new rows never overwrite the rows it folds."""
     return self.window_rows + self.capacity
 
   @property
@@ -165,8 +121,7 @@ class Mamba2Config:
     return self.replay_mode == COMPACT
 
   def prefill_precision_for(self, act_dtype) -> str:
-    """The chunked prefill's product precision for activations of `act_dtype`:
-    `prefill_precision`, or when None the default by dtype (see the attribute)."""
+    """`prefill_precision`, or when None the default for `act_dtype`."""
     if self.prefill_precision is not None:
       return self.prefill_precision
     return _DEFAULT_PRECISION.get(jnp.dtype(act_dtype).name, HIGHEST)
@@ -176,24 +131,18 @@ class Mamba2Config:
     return dataclasses.replace(self, **changes)
 
 
-# Deferred commit: the largest window (its row boundaries fit one int32 bitmask) and the
-# largest verify capacity that goes with it.
+# The largest deferred-commit window (its row boundaries fit one int32 bitmask).
 MAX_WINDOW = 32
 MAX_DEFERRED_CAPACITY = 16
 
-# Chunked-prefill product precisions (`Mamba2Config.prefill_precision`) and the default of
-# each activation dtype: products whose operands keep as many bits as the activations.
+# Default precision: products whose operands keep as many bits as the activations.
 HIGHEST, TF32, BF16 = "highest", "tf32", "bf16"
 PREFILL_PRECISIONS = (HIGHEST, TF32, BF16)
 _DEFAULT_PRECISION = {"bfloat16": BF16, "float16": TF32, "float32": HIGHEST}
 
-# Nemotron-H / Nemotron-3.5-Bolt mixer geometry: 128 heads x 64 x 128, 8 groups, K = 4.
+# Nemotron-H / Nemotron-3.5-Bolt mixer geometry.
 BOLT = Mamba2Config(nheads=128, headdim=64, dstate=128, ngroups=8, d_conv=4, capacity=8)
 
-
-# ----------------------------------------------------------------------------------------------
-# Execution backend
-# ----------------------------------------------------------------------------------------------
 
 PALLAS = "pallas"          # compiled Pallas kernels (Triton lowering), GPU only
 INTERPRET = "interpret"    # the same kernels in Pallas interpret mode (any platform; slow)
@@ -204,15 +153,10 @@ _default_backend: str | None = None
 
 
 def set_default_backend(backend: str | None) -> None:
-  """Sets the backend ops use when called with `backend=None`.
+  """Sets the backend used for `backend=None` ("pallas", "interpret", "reference" or None).
 
-  Args:
-    backend: "pallas", "interpret", "reference", or None to choose automatically
-      ("pallas" when JAX's default backend is a GPU, else "reference"). The environment
-      variable M2V_JAX_BACKEND gives the initial value.
-
-  Raises:
-    ValueError: an unknown backend name.
+  None chooses by platform; M2V_JAX_BACKEND gives the initial value. Raises ValueError for an
+  unknown name.
   """
   global _default_backend
   if backend is not None and backend not in BACKENDS:
@@ -223,9 +167,7 @@ def set_default_backend(backend: str | None) -> None:
 def resolve_backend(backend: str | None) -> str:
   """The backend an op runs with: the argument, else the default, else by platform.
 
-  Raises:
-    ValueError: an unknown backend name, or "pallas" where JAX sees no GPU (the message
-      names the backends that work there).
+  Raises ValueError for an unknown name, or "pallas" where JAX sees no GPU.
   """
   if backend is None:
     backend = _default_backend or os.environ.get("M2V_JAX_BACKEND") or None

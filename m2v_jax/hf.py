@@ -1,27 +1,7 @@
-"""Hugging Face checkpoints in: `Mamba2ForCausalLM` and the Mamba layers of Nemotron-H.
+"""Hugging Face checkpoints: `Mamba2ForCausalLM` and the Mamba layers of Nemotron-H.
 
-`load(path)` reads a checkpoint directory (`config.json` and `model.safetensors`, or shards
-listed in `model.safetensors.index.json`) with the `safetensors` package's NumPy loader and
-returns the model's `ModelConfig` and `ModelParams`: embeddings, per Mamba layer the block's
-RMSNorm weight and the `layer.MixerParams`, the final norm and the LM head. `forward` runs the
-model through `layer.mixer` (prefill, or a verify call of R rows) and returns logits, in either
-replay mode, with the layer's states donated like the ops'.
-
-Names and layouts read (Hugging Face `modeling_mamba2.py`, Nemotron-H's `modeling_nemotron_h.py`):
-`backbone.embeddings.weight [V, D]`, `backbone.layers.{i}.norm.weight [D]`,
-`backbone.layers.{i}.mixer.{in_proj.weight [D_in_proj, D], conv1d.weight [C, 1, K],
-conv1d.bias [C], dt_bias [H], A_log [H], D [H], norm.weight [d_inner], out_proj.weight
-[D, d_inner]}`, `backbone.norm_f.weight [D]`, `lm_head.weight [V, D]` (the embeddings when
-tied). Block: x + mixer(RMSNorm(x)); logits = RMSNorm_f(x) @ lm_headᵀ. Nemotron-H's attention
-and MLP layers are not part of this library: `load` finds the Mamba layers
-(`ModelConfig.mamba_layers`) and loads those, in order (`ModelParams.layers`); `forward` runs
-a model whose layers are all Mamba layers.
-
-dt clamp: transformers clamps dt in its multi-token path (Mamba2: `time_step_limit`;
-Nemotron-H: (time_step_min, inf)) and not in its one-token decode; `model_config` sets the
-first as the SSM's `dt_limit` and (0, inf) as the layer's `decode_dt_limit`.
-
-Install the reader with `pip install 'm2v_jax[hf]'` (the `safetensors` package).
+`load` reads `config.json` and safetensors (`pip install 'm2v_jax[hf]'`); `forward` runs a
+model of Mamba layers through `layer.mixer`. Names and layouts: docs/design.md.
 """
 
 from __future__ import annotations
@@ -47,15 +27,8 @@ f32 = jnp.float32
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """What `forward` needs of a checkpoint's `config.json`.
-
-  Attributes:
-    mixer: the Mamba layers' `layer.MixerConfig` (mode, capacity and window as asked).
-    vocab_size, n_layers: sizes.
-    mamba_layers: indices of the Mamba layers (all of them for Mamba2).
-    norm_eps: epsilon of the blocks' and the final RMSNorm.
-    tie_embeddings: whether the LM head is the embedding matrix.
-    model_type: "mamba2" or "nemotron_h".
+  """What `forward` needs of a checkpoint's `config.json`: the Mamba layers' `MixerConfig`,
+  sizes, the Mamba layer indices, norm epsilon, tied embeddings, "mamba2" or "nemotron_h".
   """
 
   mixer: layer_lib.MixerConfig
@@ -85,17 +58,14 @@ class ModelParams(NamedTuple):
 
 def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
                  window: int | None = None) -> ModelConfig:
-  """`ModelConfig` from a parsed `config.json` of `Mamba2ForCausalLM` (model_type "mamba2")
-  or Nemotron-H ("nemotron_h"), with the verify options given here.
+  """`ModelConfig` from a parsed `config.json` ("mamba2" or "nemotron_h") and the verify options.
 
   Raises:
-    ValueError: another model type, a missing key (named), or a configuration the mixer
-      does not support (a bias on the projections, a conv without bias, an activation other
-      than silu). An in_proj with extra MLP channels fails in `load`, on in_proj's shape.
+    ValueError: another model type, a missing key, projections with a bias, a conv without
+      bias, an activation other than silu.
   """
   def key(*names, default=None):
-    """The first of `names` in the config (transformers' aliases in its order), else
-    `default`; raises ValueError naming the key when there is neither."""
+    """The first of `names` present (transformers' aliases), else `default`, else ValueError."""
     for name in names:
       if name in hf and hf[name] is not None:
         return hf[name]
@@ -116,16 +86,13 @@ def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
   elif kind == "nemotron_h":
     H, P, N = key("mamba_num_heads"), key("mamba_head_dim"), key("ssm_state_size")
     G, K = key("mamba_n_groups", "n_groups"), key("mamba_d_conv", "conv_kernel")
-    # transformers >= 5 lists block types ("linear_attention" = Mamba); older configs give a
-    # pattern string ("M" = Mamba).
+    # transformers >= 5: block types ("linear_attention" = Mamba); older: a pattern ("M").
     types = key("layers_block_type", "layer_types", "hybrid_override_pattern")
     n_layers = len(types)
     mamba_layers = tuple(i for i, t in enumerate(types) if t in ("M", "mamba", "linear_attention"))
-    # Its mixer's projections take `use_bias` (`mamba_proj_bias` in some configs).
     bias = key("use_bias", default=False) or key("mamba_proj_bias", default=False)
     act = key("mamba_hidden_act", default="silu")
     conv_bias = key("mamba_conv_bias", "use_conv_bias", default=True)
-    # Nemotron-H's mixer clamps dt to (time_step_min, inf) in its multi-token path.
     lo, hi = _number(key("mamba_dt_min", "time_step_min", default=0.001)), math.inf
     tied = False                      # NemotronHForCausalLM never ties its LM head
   else:
@@ -150,24 +117,15 @@ def model_config(hf: dict, *, capacity: int = 8, replay_mode: str = "snapshot",
 
 
 def _number(v) -> float:
-  """A float of config.json: a number, JSON's `Infinity`, or transformers' `{"__float__":
-  "Infinity"}`."""
+  """A config.json float: a number, `Infinity`, or transformers' `{"__float__": ...}`."""
   return float(v["__float__"]) if isinstance(v, dict) else float(v)
 
 
 def read_tensors(path: str, keep=None) -> dict[str, np.ndarray]:
   """The tensors of a checkpoint directory (or one .safetensors file) as NumPy arrays.
 
-  Args:
-    path: a directory with `model.safetensors` or shards listed in
-      `model.safetensors.index.json`, or one .safetensors file.
-    keep: optional predicate on tensor names: only those are read (a shard none of whose
-      tensors is kept is not opened), so loading the Mamba layers of a hybrid model does not
-      read its attention and MLP weights.
-
-  Raises:
-    ImportError: the safetensors package is missing.
-    FileNotFoundError: a shard is missing.
+  `keep`: optional predicate on names; shards with no kept tensor are not opened. Raises
+  ImportError without safetensors, FileNotFoundError for a missing shard.
   """
   try:
     from safetensors import safe_open
@@ -208,11 +166,7 @@ def _take(tensors, name, shape):
 
 
 def mixer_params(cfg: layer_lib.MixerConfig, tensors: dict, prefix: str) -> layer_lib.MixerParams:
-  """A mixer's parameters from the tensors named `{prefix}.in_proj.weight` etc.
-
-  Raises:
-    ValueError: a missing tensor or one of another shape (the message names it).
-  """
+  """A mixer's parameters from the tensors `{prefix}.*`; ValueError names a bad one."""
   s = cfg.ssm
   t = lambda name, shape: _take(tensors, f"{prefix}.{name}", shape)
   for name in ("in_proj.bias", "out_proj.bias"):
@@ -233,19 +187,11 @@ def mixer_params(cfg: layer_lib.MixerConfig, tensors: dict, prefix: str) -> laye
 
 def load(path: str, *, capacity: int = 8, replay_mode: str = "snapshot",
          window: int | None = None) -> tuple[ModelConfig, ModelParams]:
-  """Reads a checkpoint directory: `config.json` and its safetensors.
+  """Reads a checkpoint directory (`config.json` and safetensors) with the verify options.
 
-  Args:
-    path: the directory.
-    capacity, replay_mode, window: the verify options (`Mamba2Config`).
-
-  Returns:
-    (ModelConfig, ModelParams); weights keep the checkpoint's dtype (bf16 stays bf16), the
-    SSM parameters are float32.
-
-  Raises:
-    ValueError: an unsupported configuration, a missing or mis-shaped tensor.
-    FileNotFoundError: a missing config.json or safetensors file.
+  Returns (ModelConfig, ModelParams); weights keep the checkpoint's dtype, SSM parameters are
+  float32. Raises ValueError (unsupported configuration, missing or mis-shaped tensor) or
+  FileNotFoundError.
   """
   with open(os.path.join(path, "config.json")) as f:
     cfg = model_config(json.load(f), capacity=capacity, replay_mode=replay_mode, window=window)
@@ -270,7 +216,7 @@ def load(path: str, *, capacity: int = 8, replay_mode: str = "snapshot",
 
 
 def rms_norm(x, weight, eps):
-  """x / sqrt(mean(x²) + eps) * weight, in float32 (Hugging Face's Mamba2 RMSNorm)."""
+  """x / sqrt(mean(x²) + eps) * weight, float32."""
   x = x.astype(f32)
   return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight.astype(f32)
 
@@ -284,26 +230,23 @@ def init_states(cfg: ModelConfig, num_entries: int, dtype=jnp.float32, **kw):
 def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
             num_rows=None, cache_indices=None, prefill: bool = False, chunked=None,
             backend: str | None = None, dtype=jnp.float32):
-  """Logits of R rows of each sequence through a model of Mamba layers only (a Mamba2, or a
-  Nemotron-H without attention or MLP layers).
+  """Logits of R rows of each sequence through a model of Mamba layers only.
 
   Args:
     cfg, params: from `load`.
     states: one pool per Mamba layer (`init_states`).
     tokens: [B, R] int token ids.
     state_row, num_rows, cache_indices: as `m2v_jax.verify` (with `prefill`, num_rows is
-      each prompt's length: a ragged prefill).
+      each prompt's length).
     prefill: `m2v_jax.prefill` (any R) instead of a verify call.
     chunked, backend: as the ops.
     dtype: activation dtype of the mixers.
 
   Returns:
-    (logits [B, R, V] float32, the new states). The residual stream and the RMSNorms are
-    float32 whatever the checkpoint's `residual_in_fp32` says; 16-bit weights multiply in
-    their dtype with float32 accumulation (`layer.mixer`, the LM head).
+    (logits [B, R, V] float32, new states). Residual stream and RMSNorms are float32.
 
   Raises:
-    ValueError: a model with other layers than Mamba layers (a hybrid Nemotron-H).
+    ValueError: a model with layers other than Mamba layers, or a wrong number of states.
   """
   if cfg.mamba_layers != tuple(range(cfg.n_layers)):
     raise ValueError("forward: runs models of Mamba layers only; for a hybrid Nemotron-H, call "

@@ -1,13 +1,6 @@
-"""The Mamba-2 mixer as a layer: the projections and the gated norm around the verify ops.
+"""The Mamba-2 mixer layer: in_proj, the conv + SSM ops, gated RMSNorm, out_proj.
 
-    hidden [B, R, d_model] --in_proj--> [z | xBC | dt] --conv + SSM (`prefill` / `verify`)--> y
-    y --RMSNorm(y * silu(z)), per group of d_inner / norm_groups channels--> --out_proj--> out
-
-This is the mixer of Hugging Face's `Mamba2Mixer` and of Nemotron-H's Mamba layers (gated norm
-with `norm_before_gate=False`; state-spaces/mamba `Mamba2` with `rmsnorm=True`). Parameters
-are a pytree (`MixerParams`) and the layer is a plain function, so it composes with `jax.jit`
-(donate the state), `lax.scan` over stacked layers and `m2v_jax.sharding`. `m2v_jax.hf` loads
-the parameters from Hugging Face checkpoints.
+As Hugging Face's `Mamba2Mixer` and Nemotron-H's Mamba layers (`norm_before_gate=False`).
 """
 
 from __future__ import annotations
@@ -30,20 +23,15 @@ f32 = jnp.float32
 
 @dataclasses.dataclass(frozen=True)
 class MixerConfig:
-  """A mixer layer: the SSM geometry and mode (`ssm`) plus the projections' sizes.
+  """A mixer layer: the SSM's `Mamba2Config` plus the projections and the norm.
 
   Attributes:
-    ssm: the `Mamba2Config` of the conv + SSM (geometry, replay mode, capacity, window,
-      dt_limit).
+    ssm: the conv + SSM `Mamba2Config`.
     d_model: width of the layer's input and output.
     norm_eps: epsilon of the gated RMSNorm.
-    norm_groups: groups of the gated RMSNorm (each normalizes d_inner / norm_groups
-      channels); default `ssm.ngroups`, as Hugging Face's Mamba2 and Nemotron-H do.
-    decode_dt_limit: the dt clamp of a verify call of one row, if it differs from
-      `ssm.dt_limit` (which every other call uses). transformers' Mamba2 and Nemotron-H clamp
-      dt in their multi-token path only (Nemotron-H to (time_step_min, inf)); their one-token
-      decode clamps nothing: `m2v_jax.hf` sets (0, inf) here. Compact mode replays each
-      pending row with the dt its own call used, so the modes stay bitwise identical.
+    norm_groups: groups of the gated RMSNorm (default `ssm.ngroups`).
+    decode_dt_limit: dt clamp of a one-row verify call, if it differs from `ssm.dt_limit`
+      (transformers clamps dt in its multi-token path only; `m2v_jax.hf` sets (0, inf)).
   """
 
   ssm: config_lib.Mamba2Config
@@ -77,10 +65,9 @@ class MixerParams(NamedTuple):
   """Parameters of one mixer layer.
 
   Attributes:
-    in_proj: [d_model, d_in_proj] (input @ in_proj; Hugging Face stores its transpose), any
-      float dtype.
-    ssm: the conv + SSM parameters (`LayerParams`, float32).
-    norm_weight: [d_inner] gated-RMSNorm weight.
+    in_proj: [d_model, d_in_proj] (the transpose of Hugging Face's), any float dtype.
+    ssm: `LayerParams` (float32).
+    norm_weight: [d_inner].
     out_proj: [d_inner, d_model].
   """
 
@@ -92,9 +79,7 @@ class MixerParams(NamedTuple):
 
 def random_mixer_params(cfg: MixerConfig, key=0, weight_dtype=jnp.float32,
                         out_scale: float = 1.0) -> MixerParams:
-  """Random mixer parameters (for tests and benchmarks); `key`: a `jax.random` key or an int
-  seed. The conv + SSM as `params.random_params`, in_proj ~ N(0, 1/d_model), out_proj ~
-  N(0, out_scale² / d_inner) (in `weight_dtype`), norm weight 1 + N(0, 0.1²)."""
+  """Random mixer parameters for tests and benchmarks (`key`: a `jax.random` key or int seed)."""
   k = jax.random.split(params_lib.as_key(key), 4)
   w = lambda i, shape, std: (std * jax.random.normal(k[i], shape, jnp.float32)).astype(weight_dtype)
   return MixerParams(in_proj=w(0, (cfg.d_model, cfg.d_in_proj), cfg.d_model ** -0.5),
@@ -120,8 +105,7 @@ def split_projection(cfg: MixerConfig, zxbcdt):
 
 
 def gated_rms_norm(y, z, weight, groups: int, eps: float):
-  """RMSNorm(y * silu(z)) over `groups` groups of channels, times `weight`, in float32
-  (`norm_before_gate=False`). Returns float32."""
+  """RMSNorm(y * silu(z)) over `groups` channel groups, times `weight`; float32."""
   g = y.astype(f32) * rowmath.silu(z.astype(f32))
   shape = g.shape
   g = g.reshape(shape[:-1] + (groups, shape[-1] // groups))
@@ -130,9 +114,7 @@ def gated_rms_norm(y, z, weight, groups: int, eps: float):
 
 
 def project(a, w):
-  """a @ w with float32 accumulation: a 16-bit weight multiplies `a` rounded to its dtype (as
-  the projections of a bfloat16 model run: tensor cores, no float32 copy of the weight); a
-  float32 weight multiplies at full float32 precision."""
+  """a @ w, float32 accumulation; a 16-bit weight takes `a` rounded to its dtype."""
   if jnp.dtype(w.dtype).itemsize == 2:
     return jnp.dot(a.astype(w.dtype), w, preferred_element_type=f32)
   return jnp.dot(a, w, precision=lax.Precision.HIGHEST, preferred_element_type=f32)
@@ -144,27 +126,17 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
   """One mixer layer over R rows of each sequence.
 
   Args:
-    cfg: the layer (`cfg.ssm.replay_mode` picks the mode).
-    params: `MixerParams`.
-    state: the layer's state pool (`init_state(cfg.ssm, ...)`), donated when the op runs
-      eagerly; inside a jit, donate it there.
-    hidden: [B, R, d_model] input rows (float32, bfloat16 or float16: the activation dtype
-      of the conv and SSM).
-    state_row: [B] int32: as `m2v_jax.verify` (`state_row_from_accepted` converts vLLM's
-      `num_accepted_tokens`).
-    cache_indices, num_rows: as `m2v_jax.verify`; with `prefill`, num_rows gives each
-      sequence its own prompt length (a ragged prefill, `m2v_jax.prefill`).
-    prefill: run `m2v_jax.prefill` (any R) instead of `m2v_jax.verify` (R <= capacity). A
-      verify call of one row clamps dt with `cfg.decode_dt_limit` when that is set.
-    chunked: `m2v_jax.prefill`'s path choice.
-    backend: as `m2v_jax.verify`.
+    cfg, params: `MixerConfig`, `MixerParams`.
+    state: the pool (`init_state(cfg.ssm, ...)`); donated when run eagerly.
+    hidden: [B, R, d_model], float32, bfloat16 or float16 (the activation dtype).
+    state_row, cache_indices, num_rows, backend: as `m2v_jax.verify`.
+    prefill, chunked: run `m2v_jax.prefill` (any R, ragged with num_rows) instead of verify.
 
   Returns:
-    (out [B, R, d_model] in hidden's dtype, the new state). Rows of a sequence the op rejects
-    are NaN; padding rows give out = 0.
+    (out [B, R, d_model] in hidden's dtype, new state); NaN rows if rejected, 0 if padding.
 
   Raises:
-    ValueError / TypeError: as the ops, and for parameter shapes that do not match `cfg`.
+    ValueError / TypeError: as the ops, and parameter shapes that do not match `cfg`.
   """
   check_params(cfg, params)
   out, state = mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
@@ -176,10 +148,7 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
 def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
                   cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
                   backend: str | None = None):
-  """`mixer` with its output in float32 before the cast to hidden's dtype: under head
-  sharding (`m2v_jax.sharding.sharded_mixer`) each shard's output is a partial sum of
-  out_proj over its heads, summed across shards before the cast. Arguments as `mixer`
-  (the parameter shapes are not checked here)."""
+  """`mixer` in float32 before the cast (a head shard's partial out_proj sum); params unchecked."""
   dtype = hidden.dtype
   z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj).astype(dtype))
   if prefill:
@@ -197,19 +166,10 @@ def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_ro
 
 
 def state_row_from_accepted(num_accepted_tokens):
-  """`state_row` from vLLM / FlashInfer's `num_accepted_tokens` (>= 1: the accepted drafts
-  plus the bonus token the verify call produced): the last accepted row of the call is
-  `num_accepted_tokens - 1`.
+  """`state_row` from vLLM / FlashInfer's `num_accepted_tokens` [B] (>= 1): that minus 1.
 
-  A call of R rows holds the last committed token (row 0) and R-1 drafts; if k drafts pass,
-  the target model emits k + 1 tokens (the k drafts and one more), so `num_accepted_tokens =
-  k + 1` and the state after row k (`state_row = k`) is where the next call starts.
-
-  Args:
-    num_accepted_tokens: [B] int (host or device).
-
-  Returns:
-    [B] int32 `state_row` (host values stay NumPy; device values stay on the device).
+  k accepted drafts give k + 1 tokens, and the next call starts from the state after row k.
+  Returns [B] int32, on the host or the device as given.
   """
   if isinstance(num_accepted_tokens, jax.Array):
     return (num_accepted_tokens - 1).astype(jnp.int32)

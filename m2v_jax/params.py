@@ -1,4 +1,4 @@
-"""Per-layer parameters the verify ops read (the Mamba-2 mixer's conv and SSM parameters)."""
+"""Per-layer conv and SSM parameters of the Mamba-2 mixer."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ class LayerParams(NamedTuple):
   """Conv and SSM parameters of one Mamba-2 mixer, all float32.
 
   Attributes:
-    conv_weight: [C, K] depthwise causal-conv taps, oldest input first (state-spaces/mamba's
-      `conv1d.weight[:, 0, :]`).
-    conv_bias: [C] conv bias.
-    dt_bias: [H] added to dt before the softplus.
-    A_log: [H]; A = -exp(A_log) per head.
-    D: [H] skip connection per head.
+    conv_weight: [C, K] causal-conv taps, oldest first (mamba's `conv1d.weight[:, 0, :]`).
+    conv_bias: [C].
+    dt_bias: [H], added to dt before the softplus.
+    A_log: [H]; A = -exp(A_log).
+    D: [H] skip connection.
   """
 
   conv_weight: jax.Array
@@ -37,15 +36,10 @@ def param_shapes(cfg: config_lib.Mamba2Config) -> LayerParams:
 
 
 def random_params(cfg: config_lib.Mamba2Config, key=0) -> LayerParams:
-  """Random parameters in the ranges trained Mamba-2 layers have (for tests and benchmarks).
+  """Random parameters in the ranges of trained Mamba-2 layers (tests, benchmarks); float32.
 
-  Args:
-    cfg: the geometry.
-    key: a `jax.random` key, or an int seed for one.
-
-  dt_bias is drawn so that softplus(dt_bias) lies in [1e-3, 1e-1] (the Mamba-2 dt init),
-  A_log = log(U[1, 16]), D ~ U[0.5, 1.5], conv taps ~ N(0, 1/K), conv bias ~ N(0, 0.1²);
-  all float32.
+  softplus(dt_bias) in [1e-3, 1e-1], A_log = log(U[1, 16]), D ~ U[0.5, 1.5], taps ~ N(0, 1/K),
+  conv bias ~ N(0, 0.1²). `key`: a `jax.random` key or an int seed.
   """
   C, K, H = cfg.conv_dim, cfg.d_conv, cfg.nheads
   k = jax.random.split(as_key(key), 5)

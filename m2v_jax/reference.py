@@ -1,17 +1,7 @@
-"""Pure `jax.numpy` reference of every op, and the serial oracle of the kernel tests.
+"""The jax.numpy reference backend of every op, and `rows`, the serial oracle of the kernel tests.
 
-`rows` is the oracle: the recurrence row after row (a `lax.scan` of `kernels.rowmath`),
-y read out of each row's state. The ops' reference backend (`snapshot_call`,
-`compact_call`, `committed_state`) computes what the kernels compute, with the same
-formulas: the states row by row (`rowmath.state_update`), y of each segment of rows from its
-start state in the SSD dual form (`kernels.dual`, vmapped over sequences and heads, float32
-products), the same segments, folds, window bookkeeping and 16-bit rounding. On top sit the
-two modes' call semantics: pools addressed by `cache_indices` (-1 = padding), per-sequence
-`num_rows`, the snapshot bank for R <= S and R > S, the compact base, ring and prefill
-hand-off. Device-side bad `state_row`s behave as in the kernels (the rule of
-`m2v_jax.status`): that sequence's entry is left as it was and its y rows are NaN.
-
-The chunked (SSD) form of the same recurrence is `m2v_jax.reference_ssd`.
+The calls use the kernels' formulas (`rowmath`, `dual`) and segments with float32 products;
+the chunked (SSD) form is `m2v_jax.reference_ssd`.
 """
 
 from __future__ import annotations
@@ -45,24 +35,18 @@ def _split_xbc(cfg, v):
 
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
          num_rows=None, keep: int = 0):
-  """The oracle: rows 0..R-1 one after another from a starting state, y read out of each
-  row's state (docs/semantics.md, "One row"). The ops compute y in the SSD dual form
-  instead, which this matches to float32 rounding.
+  """The oracle: rows 0..R-1 one after another, y read out of each row's state.
 
   Args:
-    cfg: geometry.
-    params: layer parameters.
-    ssm0: [B, H, P, N] float32 starting SSM state.
-    conv0: [B, C, K-1] starting conv state (any float dtype; read as float32).
-    xbc: [B, R, C] raw (pre-conv) inputs.
-    dt: [B, R, H] raw dt.
-    z: optional [B, R, H*P] gate.
-    num_rows: optional [B] int32; rows t >= num_rows[b] leave the state unchanged and give y 0.
+    cfg, params: geometry and parameters.
+    ssm0: [B, H, P, N] float32 starting state.
+    conv0: [B, C, K-1] starting conv state (any float dtype).
+    xbc: [B, R, C] raw inputs; dt: [B, R, H] raw dt; z: optional [B, R, H*P] gate.
+    num_rows: optional [B] int32; later rows leave the state unchanged and give y 0.
     keep: return the states after the last `keep` rows.
 
   Returns:
-    y [B, R, H*P] float32, ssm [B, keep, H, P, N] float32, conv [B, keep, C, K-1] float32
-    (the conv state holds raw inputs, so float32 represents it exactly).
+    y [B, R, H*P], ssm [B, keep, H, P, N], conv [B, keep, C, K-1], all float32.
   """
   Bsz, R, C = xbc.shape
   H, P, K = cfg.nheads, cfg.headdim, cfg.d_conv
@@ -101,7 +85,7 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
 
 
 def round_state(st, state_dtype):
-  """The float32 state `st` as a store to, then a load from, a `state_dtype` pool gives it."""
+  """`st` as a store to, then a load from, a `state_dtype` pool gives it."""
   return rowmath.stored(st, state_dtype)
 
 
@@ -119,7 +103,7 @@ def finish_y(y, valid, pad, dtype):
 
 
 def _scatter(pool, idx, write, new):
-  """pool[idx[b]] = new[b] where write[b] (other entries untouched)."""
+  """pool[idx[b]] = new[b] where write[b]."""
   target = jnp.where(write, idx, pool.shape[0])        # out of bounds -> dropped
   return pool.at[target].set(new.astype(pool.dtype), mode="drop")
 
@@ -128,10 +112,6 @@ def _n_rows(num_rows, Bsz, R):
   return jnp.full((Bsz,), R, jnp.int32) if num_rows is None else num_rows
 
 
-# ----------------------------------------------------------------------------------------------
-# The calls: the same segments and formulas as the kernels (`kernels.dual`), float32 products
-# ----------------------------------------------------------------------------------------------
-
 _PRODUCTS = backend.Products(exact_rows=False, tensor_cores=False)
 
 
@@ -139,16 +119,16 @@ def _outputs_one(S, x, b, c, dt, A, D, valid):
   return dual.outputs([S], x, [b], [c], dt, A, D, valid, _PRODUCTS)
 
 
-# Over heads (A, D per head; valid per sequence), then over sequences: y [B, H, P, KT].
+# vmapped over heads, then sequences: y [B, H, P, KT].
 _outputs_all = jax.vmap(jax.vmap(_outputs_one, in_axes=(0, 0, 0, 0, 0, 0, 0, None)),
                         in_axes=(0, 0, 0, 0, 0, None, None, 0))
 
 
 def _advance(params, S, x, bm, dt, active, began=None, state_dtype=f32):
-  """The state S [B, H, P, N] f32 after rows x [B, L, H, P], bm [B, L, H, N], dt [B, L, H]
-  (f32), one `rowmath.state_update` each where `active` [B, L]; with `began` [B, L], a
-  16-bit state is rounded before each row that began a call. Returns (the final state, the
-  state after every row [B, L, H, P, N])."""
+  """The state S [B, H, P, N] after rows x, bm, dt [B, L, ...] where `active` [B, L]; with
+  `began` [B, L] a 16-bit state rounds before each row that began a call. Returns (S, states
+  after every row [B, L, H, P, N]).
+  """
   def step(S, inp):
     xr, br, dr, act, bg = inp
     if bg is not None and jnp.dtype(state_dtype) != f32:
@@ -163,8 +143,7 @@ def _advance(params, S, x, bm, dt, active, began=None, state_dtype=f32):
 
 
 def _split_rows(cfg, v, dt):
-  """Post-conv rows v [B, K, C] and dt [B, K, H] -> per head x [B, H, K, P], B and C
-  [B, H, K, N], dt [B, H, K] (float32)."""
+  """v [B, K, C], dt [B, K, H] -> x [B, H, K, P], B and C [B, H, K, N], dt [B, H, K], float32."""
   Bsz, K = v.shape[:2]
   H, P, G, N = cfg.nheads, cfg.headdim, cfg.ngroups, cfg.dstate
   HP, GN = cfg.d_inner, G * N
@@ -176,15 +155,14 @@ def _split_rows(cfg, v, dt):
 
 
 def _tile(a, t0, KT):
-  """Rows t0 .. t0 + KT - 1 of a [B, RT, ...] (t0 static or traced)."""
+  """Rows t0 .. t0 + KT - 1 of a [B, RT, ...]."""
   return lax.dynamic_slice_in_dim(a, t0, KT, axis=1)
 
 
 def _new_rows(cfg, params, conv0, xbc, dt, n):
-  """Conv and dt of a call's rows, as the conv kernel computes them: post-conv rows
-  [B, RT, C] and processed dt [B, RT, H] f32, zero from each sequence's num_rows on and in
-  the padding to RT rows; the conv windows [B, R - first, C, K-1] f32 after rows first ..
-  R-1, first = max(R - capacity - 1, 0) (the ones a call stores)."""
+  """Post-conv rows [B, RT, C] and processed dt [B, RT, H] f32 of a call (zero past num_rows),
+  and the conv windows [B, R - first, C, K-1] after rows first..R-1, first = max(R - cap - 1, 0).
+  """
   R = xbc.shape[1]
   body = max(R - cfg.capacity, 0)
   RT = body + dual.tile_rows(cfg.capacity)
@@ -201,11 +179,11 @@ def _new_rows(cfg, params, conv0, xbc, dt, n):
 
 
 def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
-  """A call's R rows from the start state S [B, H, P, N] f32 and conv window conv0, in the
-  SSM kernel's segments: (y [B, R, H*P] f32 (0 past num_rows, gated), the state after the
-  body (rounded to `state_dtype`; S without a body), with `slots` the states after the kept
-  rows [B, min(R, cap), H, P, N] f32, the conv windows after every row, post-conv rows and
-  processed dt (`_new_rows`))."""
+  """A call's R rows from S [B, H, P, N] in the SSM kernel's segments.
+
+  Returns (y [B, R, H*P] f32, the state after the body (S without one), with `slots` the states
+  after the kept rows, the conv windows, post-conv rows, processed dt).
+  """
   R = xbc.shape[1]
   cap, KT = cfg.capacity, dual.tile_rows(cfg.capacity)
   body = max(R - cap, 0)
@@ -215,7 +193,7 @@ def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
   kt = jnp.arange(KT)
 
   def segment(S, t0, L):
-    """y rows t0 .. t0 + L - 1 [B, L, H*P] from S, and the state after each row."""
+    """y of rows t0 .. t0 + L - 1 [B, L, H*P] from S, and the state after each row."""
     x, bm, cm, d = _split_rows(cfg, _tile(post, t0, KT), _tile(dtp, t0, KT))
     live = (kt[None, :] < L) & (t0 + kt[None, :] < n[:, None])
     y = _outputs_all(S, x, bm, cm, d, A, D, live)                           # [B, H, P, KT]
@@ -249,10 +227,7 @@ def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
 
 def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
                   cache_indices=None, num_rows=None):
-  """Snapshot-mode call: R <= S rows go to slots 0..R-1, R > S keeps the last S.
-
-  Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new SnapshotState).
-  """
+  """Snapshot-mode call; args as `m2v_jax.verify`. Returns (y in xbc.dtype, SnapshotState)."""
   E, S = state.ssm.shape[:2]
   Bsz, R, _ = xbc.shape
   idx, safe = _entries(E, Bsz, cache_indices)
@@ -264,7 +239,6 @@ def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
   y, _, states, wins, _, _ = _call_rows(cfg, params, state.ssm[safe, srow].astype(f32),
                                         state.conv[safe, srow], xbc, dt, z, n,
                                         state.ssm.dtype, slots=True)
-  # Slot s <- state after row (body + s), for the rows that ran.
   ran = (body + jnp.arange(keep))[None, :] < n[:, None]
   cur_ssm, cur_conv = state.ssm[safe, :keep], state.conv[safe, :keep]
   new_ssm = jnp.where(ran[:, :, None, None, None], states.astype(cur_ssm.dtype), cur_ssm)
@@ -283,11 +257,9 @@ def _window_status(cfg, state: CompactState, state_row, safe):
 
 
 def fold(cfg, params, state: CompactState, state_row, safe):
-  """Folds the pending rows up to `state_row` of the last call into the base, row by row, as
-  the SSM kernel does: the start state of the next call.
+  """Folds pending rows up to `state_row` into the base, as the SSM kernel does.
 
-  Returns (ssm [B, H, P, N] f32 (rounded as the pool stores it), conv [B, C, K-1] f32: the
-  conv window after that row, n_fold [B] int32). With nothing pending: the base itself.
+  Returns (ssm [B, H, P, N] f32 rounded as stored, conv [B, C, K-1] f32, n_fold [B] int32).
   """
   n_fold, starts, pending, origin = _window_status(cfg, state, state_row, safe)
   W = cfg.window_rows
@@ -300,7 +272,6 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   S, _ = _advance(params, state.ssm[safe].astype(f32), sw(x), sw(bm), sw(d),
                   j < n_fold[:, None], began, state.ssm.dtype)
   S = round_state(S, state.ssm.dtype)
-  # The conv window after `state_row` of the last call: the last K-1 of [conv | raw rows].
   K1 = cfg.d_conv - 1
   raw = jnp.concatenate([jnp.swapaxes(state.conv[safe], 1, 2).astype(f32),
                          state.last_xbc[safe].astype(f32)], axis=1)           # [B, K1+cap, C]
@@ -312,12 +283,7 @@ def fold(cfg, params, state: CompactState, state_row, safe):
 
 def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
                  cache_indices=None, num_rows=None):
-  """Compact-replay call: fold, run R rows, commit rows 0..R-capacity-1, keep the rest
-  pending; with deferred commit the folded rows stay pending too unless the call flushes
-  (`status.flushes`).
-
-  Args as in `m2v_jax.verify`. Returns (y [B, R, H*P] in xbc.dtype, new CompactState).
-  """
+  """Compact-replay call; args as `m2v_jax.verify`. Returns (y in xbc.dtype, CompactState)."""
   E = state.ssm.shape[0]
   cap, Q = cfg.capacity, cfg.ring_rows
   Bsz, R, _ = xbc.shape
@@ -335,8 +301,7 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
                                              state.ssm.dtype, slots=False)
   base = S_body if body else ssm0
   conv_base = wins[:, 0] if body else conv0            # the window after row body - 1
-  # The call's kept rows i (body <= i < n) go to last_xbc row i - body and ring row
-  # ring_row(origin, n_fold + i - body).
+  # Kept row i goes to last_xbc row i - body and ring row ring_row(origin, n_fold + i - body).
   nk = R - body
   kept = jnp.arange(body, R)[None, :] < n[:, None]                          # [B, nk]
   cur = state.last_xbc[safe]
@@ -365,11 +330,8 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
 
 
 def committed_state(cfg, params, state, state_row, cache_indices=None):
-  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode
-  (a 16-bit state widened).
-
-  Snapshot: slot `state_row` of each entry. Compact: the base with the pending rows up to
-  `state_row` folded in. Padding (entry -1) gives zeros, invalid rows or entries NaN.
+  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode; zeros
+  for padding, NaN for invalid rows or entries.
   """
   E = state.ssm.shape[0]
   Bsz = state_row.shape[0]
@@ -390,30 +352,20 @@ def committed_state(cfg, params, state, state_row, cache_indices=None):
 
 
 def mask_invalid(a, ok, pad):
-  """a with the rows b of padding (pad[b]) replaced by 0 and the other rows where ok[b] is
-  False by NaN, as `verify` fills y (dtype kept)."""
+  """a with padding rows set to 0 and other invalid rows to NaN (dtype kept)."""
   shape = (-1,) + (1,) * (a.ndim - 1)
   fill = jnp.where(pad, 0.0, jnp.nan).reshape(shape)
   return jnp.where(ok.reshape(shape), a, fill).astype(a.dtype)
 
 
-# ----------------------------------------------------------------------------------------------
-# The conv over a whole chunk
-# ----------------------------------------------------------------------------------------------
-
 
 def conv_prefill(cfg, params, conv0, xbc):
-  """Causal conv over a whole chunk: post-conv [B, R, C] float32 and the final conv state
-  [B, C, K-1] float32. Time-major throughout (no transpose of the [B, R, C] rows).
+  """Causal conv over a chunk: post-conv [B, R, C] and final conv state [B, C, K-1], float32.
 
-  Window k (tap k) of row r is row r + k of [conv0 rows; xbc rows]. Each window is built as
-  its own join of the two, so that XLA fuses it into the conv's loop (one shared join would be
-  materialized first). The oracle of the chunked prefill's conv kernel, and the conv of
-  `reference_ssd.ssd_chunked`.
+  Each tap's window is its own join of [conv0 rows; xbc rows], which XLA fuses into the conv.
   """
   K = cfg.d_conv
   R = xbc.shape[1]
-  # Joined in the inputs' common dtype (exact in float32 either way), converted per window.
   common = jnp.promote_types(conv0.dtype, xbc.dtype)
   head = jnp.swapaxes(conv0, 1, 2).astype(common)                   # [B, K-1, C]
   xs = xbc.astype(common)
@@ -432,9 +384,7 @@ def conv_prefill(cfg, params, conv0, xbc):
 
 
 def conv_state_after(cfg, conv0, xbc):
-  """The conv state [B, C, K-1] float32 after the rows xbc [B, R, C] from conv0 [B, C, K-1]:
-  the last K-1 rows of [conv0 rows; xbc rows] (raw inputs, joined in their common dtype:
-  exact)."""
+  """The conv state [B, C, K-1] f32 after rows xbc [B, R, C] from conv0: the last K-1 raw rows."""
   K, R = cfg.d_conv, xbc.shape[1]
   common = jnp.promote_types(conv0.dtype, xbc.dtype)
   last = jnp.concatenate([jnp.swapaxes(conv0, 1, 2).astype(common),

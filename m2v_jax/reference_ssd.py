@@ -1,10 +1,5 @@
-"""The dense chunked (SSD) form of the Mamba-2 recurrence in `jax.numpy`.
-
-`ssd_chunked` is the Mamba-2 paper's SSD algorithm (Dao & Gu, "Transformers are SSMs", 2024,
-§6) written with einsums: the baseline the chunked prefill kernels are measured against and
-the training path of the example model. The same math as the serial `reference.rows`, up to
-rounding (a different algorithm).
-"""
+"""The dense chunked (SSD) recurrence in jax.numpy: the chunked prefill's baseline and the
+example model's training path."""
 
 from __future__ import annotations
 
@@ -19,21 +14,16 @@ f32 = jnp.float32
 
 def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
                 precision=lax.Precision.HIGHEST):
-  """Dense SSD chunked scan of R rows (Mamba-2 paper, §6 "SSD algorithm"), jax.numpy.
-
-  Same math as `rows` (up to rounding: a different algorithm), computed per chunk of `chunk`
-  rows with matmuls: intra-chunk outputs through C·Bᵀ masked by the cumulative decay,
-  chunk states, and an inter-chunk scan from `ssm0`.
+  """SSD chunked scan of R rows (Dao & Gu, "Transformers are SSMs", 2024, §6), with einsums.
 
   Args:
-    cfg, params, ssm0 [B, H, P, N], conv0 [B, C, K-1], xbc [B, R, C], dt [B, R, H],
-    z [B, R, H*P] or None: as in `rows`.
-    chunk: rows per chunk; R is padded up to a multiple (padded rows have dt = 0: no decay,
-      no input, so they leave the state unchanged).
+    cfg, params, ssm0 [B, H, P, N], conv0 [B, C, K-1], xbc [B, R, C], dt [B, R, H], z: as
+      `reference.rows`.
+    chunk: rows per chunk; R is padded with dt = 0 rows (no decay, no input).
     precision: of every matmul.
 
   Returns:
-    y [B, R, H*P] float32, final ssm [B, H, P, N] float32, final conv [B, C, K-1] float32.
+    y [B, R, H*P], final ssm [B, H, P, N], final conv [B, C, K-1], all float32.
   """
   Bsz, R, _ = xbc.shape
   H, P, N, G = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups
@@ -48,7 +38,7 @@ def ssd_chunked(cfg, params, ssm0, conv0, xbc, dt, z=None, chunk: int = 64,
   pad = nc * chunk - R
   padr = lambda a: jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2))
   x, bm, cm = padr(x), padr(bm), padr(cm)
-  dtp = padr(dtp)  # zero dt on padded rows
+  dtp = padr(dtp)
   L = chunk
   x = x.reshape(Bsz, nc, L, H, P)
   bm = jnp.repeat(bm.reshape(Bsz, nc, L, G, N), cfg.heads_per_group, axis=3)

@@ -1,18 +1,7 @@
-"""Tensor- and data-parallel execution of the ops with `jax.shard_map`.
+"""The ops and the mixer layer under `jax.shard_map`: heads and sequences split over mesh axes.
 
-Heads are split across the mesh axis `head_axis` (tensor parallel: each device holds H/n
-heads, their G/n groups and their conv channels) and sequences across `batch_axis`. No state
-is gathered: every device runs the unchanged single-device op on its shard, with the local
-geometry `local_config(cfg, n)`.
-
-The conv channels of the global layout `[x (H*P) | B (G*N) | C (G*N)]` are not contiguous per
-device, so the sharded ops take them in the TP layout `[x_0 | B_0 | C_0 | x_1 | B_1 | C_1 |
-...]` (device d's own `[x | B | C]` block after block), which a contiguous split along the
-channel axis hands out correctly. `to_tp_layout` / `from_tp_layout` permute the channel axis
-of parameters, states and xBC between the two layouts; a model's in_proj can emit the TP
-layout directly by permuting its output columns once: `mixer_to_tp_layout` does that for the
-mixer layer (`m2v_jax.layer`), and `sharded_mixer` runs it with out_proj's partial sums added
-across the head shards.
+The sharded ops take the conv channels in the TP layout `[x_0 | B_0 | C_0 | x_1 | ...]`
+(`to_tp_layout`), so a contiguous split gives each device its own `[x | B | C]`.
 """
 
 from __future__ import annotations
@@ -31,11 +20,7 @@ from m2v_jax.state import CompactState, SnapshotState
 
 
 def local_config(cfg: config_lib.Mamba2Config, n: int) -> config_lib.Mamba2Config:
-  """The geometry one of n head shards sees.
-
-  Raises:
-    ValueError: n does not divide nheads and ngroups.
-  """
+  """The geometry one of n head shards sees; ValueError unless n divides nheads and ngroups."""
   if cfg.nheads % n or cfg.ngroups % n:
     raise ValueError(f"head shards: expected a divisor of nheads={cfg.nheads} and "
                      f"ngroups={cfg.ngroups}, got {n}")
@@ -43,7 +28,7 @@ def local_config(cfg: config_lib.Mamba2Config, n: int) -> config_lib.Mamba2Confi
 
 
 def tp_channel_order(cfg: config_lib.Mamba2Config, n: int) -> np.ndarray:
-  """Indices into the global conv channels, in TP layout order (see the module docstring)."""
+  """Indices into the global conv channels, in TP layout order."""
   lc = local_config(cfg, n)
   HP, GN = cfg.d_inner, cfg.ngroups * cfg.dstate
   hp, gn = lc.d_inner, lc.ngroups * lc.dstate
@@ -54,7 +39,7 @@ def tp_channel_order(cfg: config_lib.Mamba2Config, n: int) -> np.ndarray:
   return np.concatenate(order)
 
 
-# Per parameter: (its conv-channel axis, whether it holds only the x and B channels), or None.
+# Per parameter: (conv-channel axis, whether only x and B channels), or None.
 _CHANNEL_AXIS = {
     "conv_weight": (0, False), "conv_bias": (0, False), "dt_bias": None, "A_log": None,
     "D": None,
@@ -62,8 +47,7 @@ _CHANNEL_AXIS = {
 
 
 def _take(a, order, axis):
-  """`jnp.take` along the channel axis. An array sharded over Explicit mesh axes is
-  replicated first: the permutation moves channels between devices."""
+  """`jnp.take` along the channel axis; an Explicit-sharded array is replicated first."""
   sharding = jax.typeof(a).sharding
   if any(s is not None for s in getattr(sharding, "spec", ())):
     a = jax.reshard(a, NamedSharding(sharding.mesh, P()))
@@ -71,27 +55,27 @@ def _take(a, order, axis):
 
 
 def _permute(tree, specs):
-  """Each leaf permuted by its spec, (channel axis, order), or left as it is (None)."""
   return type(tree)(*(leaf if spec is None else _take(leaf, spec[1], spec[0])
                       for leaf, spec in zip(tree, specs)))
 
 
 def _state_channel_axes(state):
-  """Per state leaf: (its channel axis, whether it holds only the x and B channels), or None."""
+  """Per state leaf: (channel axis, whether only x and B channels), or None."""
   if isinstance(state, SnapshotState):
     return (None, (2, False))
   return (None, (1, False), (2, False), (2, True), None, None, None, None)
 
 
 def _xb(order, cfg):
-  """The x and B channels of the channel order `order`, as columns of the compact ring's
-  x|B rows (`CompactState.win_xb`, whose columns are the first H*P + G*N channels)."""
+  """The x and B channels of `order` (the columns of `CompactState.win_xb`)."""
   return order[order < cfg.d_inner + cfg.ngroups * cfg.dstate]
 
 
 def to_tp_layout(cfg, n, *, params=None, state=None, xbc=None):
-  """Permutes the conv-channel axis of whichever of params, state, xbc are given into TP
-  layout. Returns them in that order (None for those not given)."""
+  """Permutes the conv-channel axis of the given params, state, xbc into TP layout.
+
+  Returns (params, state, xbc), None for those not given.
+  """
   order = tp_channel_order(cfg, n)
   return _apply(order, _xb(order, cfg), params, state, xbc)
 
@@ -129,17 +113,10 @@ def _mixer_specs(ssm_spec, h):
 
 def put(mesh: jax.sharding.Mesh, *, head_axis: str, batch_axis: str | None = None, params=None,
         state=None):
-  """Places params and a state pool (both in TP layout) on `mesh` as `sharded` (or, for
-  `MixerParams`, `sharded_mixer`) splits them, so that the first sharded call can update the
-  state in place.
+  """Places params and a pool (TP layout) on `mesh` as `sharded` / `sharded_mixer` split them.
 
-  Args:
-    mesh, head_axis, batch_axis: as `sharded`.
-    params: `LayerParams` (`to_tp_layout`) or `MixerParams` (`mixer_to_tp_layout`), or None.
-    state: a state pool in TP layout, or None.
-
-  Returns:
-    (params, state) placed on the mesh (None for those not given).
+  `params`: `LayerParams` (`to_tp_layout`), `MixerParams` (`mixer_to_tp_layout`) or None;
+  `state`: a pool in TP layout or None. Returns (params, state), None for those not given.
   """
   leaf_specs = lambda tree, specs: jax.tree.map(
       lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec)), tree, specs)
@@ -151,8 +128,7 @@ def put(mesh: jax.sharding.Mesh, *, head_axis: str, batch_axis: str | None = Non
 
 
 def _explicit(mesh, axes) -> bool:
-  """Whether the mesh axes `axes` are Explicit (as `jax.make_mesh` makes them by default)
-  rather than Auto (a plain `jax.sharding.Mesh`)."""
+  """Whether the mesh axes `axes` are Explicit rather than Auto; ValueError if mixed."""
   kinds = {mesh.axis_types[mesh.axis_names.index(a)] for a in axes}
   if len(kinds) > 1:
     raise ValueError(f"mesh axes {axes}: expected one axis type for all of them, got "
@@ -161,8 +137,7 @@ def _explicit(mesh, axes) -> bool:
 
 
 def _shard_call(mesh, explicit: bool, local, args, in_specs, out_specs):
-  """`local(*args)` under `jax.shard_map` with these specs; with Explicit mesh axes the
-  arguments are resharded to `in_specs` first (a no-op when they already have them)."""
+  """`local(*args)` under `jax.shard_map`; with Explicit axes the args are resharded first."""
   if explicit:
     args = jax.tree.map(lambda a, spec: jax.reshard(a, NamedSharding(mesh, spec)), args,
                         in_specs)
@@ -172,15 +147,11 @@ def _shard_call(mesh, explicit: bool, local, args, in_specs, out_specs):
 
 def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_axis: str,
             batch_axis: str | None = None, **op_kwargs):
-  """`op` (`m2v_jax.verify` or `m2v_jax.prefill`) as a function of global arrays, sharded.
+  """`op` (`m2v_jax.verify` or `m2v_jax.prefill`) on global arrays, sharded.
 
   Returns `f(params, state, xbc, dt, state_row, z=None) -> (y, state)` on global arrays in TP
-  layout: params, state and xbc permuted by `to_tp_layout`, heads split over `head_axis`,
-  sequences (and the state pool's entries) over `batch_axis`. Call it under `jax.jit` with
-  the state donated to update the shards in place. The mesh may have Auto axes (a
-  `jax.sharding.Mesh`) or Explicit ones (the default of `jax.make_mesh`); with Explicit
-  axes the arguments are resharded to the layout above first (a no-op when they already
-  have it).
+  layout (`to_tp_layout`): heads over `head_axis`, sequences and pool entries over
+  `batch_axis`. Jit it with the state donated. Auto and Explicit mesh axes both work.
 
       mesh = jax.make_mesh((2,), ("tp",))
       step = jax.jit(sharded(m2v_jax.verify, mesh, cfg, head_axis="tp"), donate_argnums=1)
@@ -193,13 +164,12 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
     op: the single-device op.
     mesh: a mesh with `head_axis` (and `batch_axis`).
     cfg: the global geometry.
-    head_axis: mesh axis the heads are split over.
-    batch_axis: mesh axis the sequences are split over (None: replicated).
-    **op_kwargs: passed to `op` (for example `backend=`).
+    head_axis: mesh axis of the heads.
+    batch_axis: mesh axis of the sequences (None: replicated).
+    **op_kwargs: passed to `op` (e.g. `backend=`).
 
   Raises:
-    ValueError: the head-axis size does not divide nheads and ngroups; head and batch axes
-      of different axis types.
+    ValueError: the head-axis size does not divide nheads and ngroups; mixed axis types.
   """
   n = mesh.shape[head_axis]
   lcfg = local_config(cfg, n)
@@ -227,14 +197,10 @@ def _local_mixer_config(cfg: layer_lib.MixerConfig, n: int) -> layer_lib.MixerCo
 
 def mixer_to_tp_layout(cfg: layer_lib.MixerConfig, n: int, params: layer_lib.MixerParams
                        ) -> layer_lib.MixerParams:
-  """Mixer params with in_proj's output columns in TP layout: device d's `[z_d | x_d | B_d |
-  C_d | dt_d]` block after block, so a contiguous split hands each head shard its own z,
-  xBC (the conv channels in TP layout, as `to_tp_layout`) and dt. The conv + SSM params are
-  permuted by `to_tp_layout`; the norm weight and out_proj's rows follow the heads in order
-  and stay as they are. Take the state through `to_tp_layout(cfg.ssm, n, state=...)`.
+  """Mixer params with in_proj's output columns in TP layout: `[z_d | x_d | B_d | C_d | dt_d]`.
 
-  Raises:
-    ValueError: n does not divide nheads, ngroups and the gated norm's groups.
+  Take the state through `to_tp_layout(cfg.ssm, n, state=...)`. Raises ValueError unless n
+  divides nheads, ngroups and the norm's groups.
   """
   _local_mixer_config(cfg, n)
   di, C, H = cfg.d_inner, cfg.ssm.conv_dim, cfg.ssm.nheads
@@ -248,26 +214,16 @@ def mixer_to_tp_layout(cfg: layer_lib.MixerConfig, n: int, params: layer_lib.Mix
 
 def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_axis: str,
                   batch_axis: str | None = None, **mixer_kwargs):
-  """The mixer layer (`m2v_jax.layer.mixer`) as a function of global arrays, heads split over
-  `head_axis` and sequences over `batch_axis`.
+  """The mixer layer (`layer.mixer`) on global arrays, sharded as `sharded` shards an op.
 
   Returns `f(params, state, hidden, state_row) -> (out, state)`: params from
-  `mixer_to_tp_layout`, the state pool from `to_tp_layout` (placed by `put`), hidden [B, R,
-  d_model] and out replicated over the head axis. Each head shard runs in_proj's columns of
-  its heads, the conv + SSM op on its heads, the gated norm of its groups and out_proj's rows
-  of its heads; the float32 partial outputs are summed across the shards (`lax.psum`) and
-  cast to hidden's dtype. The state is bitwise what the one-device op gives for the same
-  xBC and dt; out differs from one device by the order of out_proj's sum (float32 rounding).
-  Call it under `jax.jit` with the state donated.
-
-  Args:
-    mesh, head_axis, batch_axis: as `sharded`.
-    cfg: the global layer.
-    **mixer_kwargs: passed to `mixer` (`prefill`, `chunked`, `backend`).
+  `mixer_to_tp_layout`, the pool from `to_tp_layout`; hidden [B, R, d_model] and out
+  replicated over the head axis, the shards' float32 partial outputs summed by `lax.psum`.
+  `mixer_kwargs` go to `mixer` (`prefill`, `chunked`, `backend`).
 
   Raises:
     ValueError: the head-axis size does not divide nheads, ngroups and the norm's groups;
-      `cache_indices` or `num_rows` among mixer_kwargs.
+      `cache_indices`, `num_rows` or `state_row` among mixer_kwargs.
   """
   for key in ("cache_indices", "num_rows", "state_row"):
     if key in mixer_kwargs:

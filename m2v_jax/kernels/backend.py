@@ -1,10 +1,5 @@
-"""The one module that touches `jax.experimental.pallas.triton` (plt).
-
-JAX deprecated the Pallas Triton backend in 0.11.0 and will remove it; every `plt.*` use of the
-library lives here, so that a port (Mosaic GPU, or jax-triton with official Triton) edits this
-file only. Kernels launch through `pallas_call` (refs by name, aliases by name) and call
-`barrier`, `fma`, `Products` and `dot` from here, nothing from plt. The ahead-of-time lowering helpers
-(`lower_for_cuda`, `triton_kernels`) let tests and tools see the Triton IR on any machine.
+"""The one module that touches `jax.experimental.pallas.triton` (deprecated by JAX), so a port
+edits only this file; also ahead-of-time lowering helpers for tests and tools.
 """
 
 from __future__ import annotations
@@ -25,22 +20,14 @@ DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
 
 def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_stages,
                 interpret, name):
-  """Runs `kernel` as one `pl.pallas_call` on the Triton lowering, with refs passed by name.
-
-  Every ref is a whole array (no BlockSpecs): the kernels index with `pl.ds` themselves,
-  because the rows they touch depend on per-sequence data. The deprecation warning of the
-  Triton backend is silenced here, once, rather than at every call site.
+  """One `pl.pallas_call` on the Triton lowering with whole-array refs passed by name.
 
   Args:
-    kernel: `kernel(**refs)`; it receives one keyword argument per array in `inputs` and per
-      shape in `outputs` (a name whose value is None is left out, so the kernel's default
-      for it applies).
-    inputs: {name: array or None}, in the kernel's argument order.
-    outputs: {name: jax.ShapeDtypeStruct or None}, in order, after the inputs.
-    aliases: {input name: output name}: the output is written in place of the input
-      (`input_output_aliases`, derived here from the names).
-    grid, num_warps, num_stages, interpret, name: launch parameters (`name` names the
-      kernel in profiles and in the Triton IR).
+    kernel: `kernel(**refs)`, one keyword per input and output (None entries left out).
+    inputs: {name: array or None}.
+    outputs: {name: jax.ShapeDtypeStruct or None}, after the inputs.
+    aliases: {input name: output name}, written in place (`input_output_aliases`).
+    grid, num_warps, num_stages, interpret, name: launch parameters.
 
   Returns:
     {output name: array}.
@@ -68,8 +55,7 @@ def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_s
 
 
 def _aliases(aliases, in_index, out_index, name):
-  """`input_output_aliases` from {input name: output name}; a pair whose input and output
-  are both absent is skipped."""
+  """`input_output_aliases` from {input name: output name}, skipping pairs with both absent."""
   out = {}
   for i, o in aliases.items():
     if (i in in_index) != (o in out_index):
@@ -80,22 +66,14 @@ def _aliases(aliases, in_index, out_index, name):
 
 
 def barrier(interpret: bool) -> None:
-  """Orders the global-memory reads and writes of one program's threads (`__syncthreads`).
-
-  Needed where threads of a program read locations that other threads of the same program
-  write next. Interpret mode runs a program as one sequential step and has no rule for it.
-  """
+  """`__syncthreads` where a program's threads read what others of it write next (compiled only)."""
   if not interpret:
     plt.debug_barrier()
 
 
 def fma(interpret: bool):
-  """The multiply-add of the kernels' state update: `fma(a, b, c) = a * b + c`.
-
-  Compiled: one `fma.rn.f32` (a single rounding), by inline PTX, since the Triton lowering
-  has no fused multiply-add and contracts nothing itself. Interpret mode: JAX has no fused
-  multiply-add, so a * b + c with two roundings (`rowmath.unfused`), the same as the
-  jax.numpy reference.
+  """The state update's `fma(a, b, c) = a * b + c`: one `fma.rn.f32` by inline PTX compiled (the
+  Triton lowering has no fused multiply-add), `rowmath.unfused` in interpret mode.
   """
   if interpret:
     return rowmath.unfused
@@ -111,45 +89,33 @@ def fma(interpret: bool):
   return fused
 
 
-# The chunked prefill's products at each `Mamba2Config.prefill_precision`, compiled: 3-pass
-# TF32 on the tensor cores gives about float32 accuracy (8e-6 max abs error on a
-# [64,64]x[64,128] product on the H200, vs 1e-2 for one TF32 pass); "bf16" rounds the
-# operands to bfloat16 and runs bf16 tensor-core products. Accumulation is float32 in all.
-# See docs/design.md, "Prefill precision".
+# Compiled dot algorithms of the chunked prefill's precisions (docs/design.md, "Prefill precision").
 _ALGORITHMS = {"highest": lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
                "tf32": lax.DotAlgorithmPreset.TF32_TF32_F32}
 
 
 def _tf32_head(x):
-  """x's leading 11 significant bits (sign, exponent, 10 mantissa bits), exact in TF32: the
-  low 13 mantissa bits cleared."""
+  """x's leading 11 significant bits (low 13 mantissa bits cleared), exact in TF32."""
   u = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFFE000)
   return lax.bitcast_convert_type(u, jnp.float32)
 
 
-# The smallest contraction of a bf16 tensor-core product (mma k16); shorter ones run TF32.
+# The smallest bf16 tensor-core contraction (mma k16); shorter ones run TF32.
 BF16_MIN_K = 16
 
 
 class Products:
-  """The float32-accurate products of the verify kernels' dual form (`kernels.dual`), on 2-D
-  tiles, float32 accumulation.
+  """The verify kernels' float32-accurate 2-D products (`kernels.dual`), float32 accumulation.
 
-  Compiled, on the tensor cores, every operand of every pass is exact in the pass's input
-  type, so no conversion the compiler picks can change a product. With bfloat16 activations
-  and a contraction of at least BF16_MIN_K, the passes are bf16: x, B and C are exact, and a
-  float32 operand is split into three bfloat16 parts (each the rounded remainder of the one
-  before: 27 bits in all, so the split is exact). Otherwise TF32: x, B and C of float16 activations are exact; a float32 operand
-  is split into a head (its leading 11 bits) and a middle part (the next 11), and the passes
-  sum head and middle products (two passes, or three when both operands are float32, with
-  float32 activations); what is dropped is below 2^-22 of each operand. Parts are summed
-  small first. Without tensor cores (interpret mode, the jax.numpy reference): float32
-  products by XLA (`Precision.HIGHEST`).
+  Compiled, every pass's operands are exact in its input type: bf16 passes (bfloat16
+  activations, contraction >= BF16_MIN_K) split a float32 operand into three bfloat16 parts;
+  TF32 passes split it into head and middle (docs/design.md, "Rounding policy"). Without tensor
+  cores: XLA float32 products (HIGHEST).
 
   Args:
-    exact_rows: whether the activations are 16-bit (x, B and C exact in TF32).
-    tensor_cores: compiled kernels (else XLA's float32 products).
-    bf16_rows: whether the activations are bfloat16 (bf16 passes).
+    exact_rows: 16-bit activations (x, B and C exact in TF32).
+    tensor_cores: compiled kernels.
+    bf16_rows: bfloat16 activations (bf16 passes).
   """
 
   def __init__(self, exact_rows: bool, tensor_cores: bool, bf16_rows: bool = False):
@@ -157,10 +123,9 @@ class Products:
     self.bf16_rows = bf16_rows and tensor_cores
 
   def _dot(self, a, b, dims, split, acc):
-    """acc + a . b with `dims` contracting dims; `split`: the operands that are float32
-    ("a", "b"; with float32 activations the rows are float32 too). Each pass is added to the
-    running sum as `sum + dot` (small parts first), which Triton folds into the
-    tensor-core accumulator."""
+    """acc + a . b over `dims`; `split` names the float32 operands ("a", "b"); parts summed small
+    first as `sum + dot`, which Triton folds into the accumulator.
+    """
     dn = (dims, ((), ()))
     add = lambda total, part: part if total is None else total + part
     if not self.tensor_cores:
@@ -192,22 +157,20 @@ class Products:
     return add(total, one(a_hi, b_hi))
 
   def rows_t(self, x, w, acc=None):
-    """acc + x [K, M] (rows) transposed times w [K, N] float32: [M, N]."""
+    """acc + x [K, M]ᵀ w [K, N] (w float32): [M, N]."""
     return self._dot(x, w, ((0,), (0,)), "b", acc)
 
   def state(self, s, c, acc=None):
-    """acc + s [M, N] float32 times c [T, N] (rows) transposed: [M, T]."""
+    """acc + s [M, N] (float32) c [T, N]ᵀ: [M, T]."""
     return self._dot(s, c, ((1,), (1,)), "a", acc)
 
   def exact(self, b, c, acc=None):
-    """acc + b [K, N] times c [T, N] transposed, both rows: [K, T]."""
+    """acc + b [K, N] c [T, N]ᵀ, both rows: [K, T]."""
     return self._dot(b, c, ((1,), (1,)), "", acc)
 
 
 def _bf16_parts(v):
-  """Three bfloat16 parts of float32 v, smallest first: each part is the remainder of v less
-  the parts after it, rounded to nearest; with 9 significant bits each (8 stored, the
-  rounding's sign) they hold all of v's 24."""
+  """Three bfloat16 parts of float32 v, smallest first, summing exactly to v."""
   hi = v.astype(jnp.bfloat16)
   r1 = v - hi.astype(jnp.float32)
   mid = r1.astype(jnp.bfloat16)
@@ -216,16 +179,15 @@ def _bf16_parts(v):
 
 
 def _tf32_parts(v):
-  """(head, middle) of float32 v, both exact in TF32: the leading 11 significant bits and
-  the next 11 (v - head - middle is below 2^-22 |v|)."""
+  """(head, middle) of float32 v, both exact in TF32; the rest is below 2^-22 |v|."""
   head = _tf32_head(v)
   return head, _tf32_head(v - head)
 
 
 def round_tf32(x):
-  """float32 x with its mantissa rounded to TF32's 10 bits (nearest, ties to even), NaN kept:
-  interpret mode's stand-in for a TF32 pass's operands (the tensor cores may truncate the low
-  bits instead; either way 10 bits remain). For tests of the "tf32" precision's error."""
+  """float32 x rounded to TF32's 10 mantissa bits (ties to even, NaN kept): interpret mode's
+  stand-in for TF32 operands.
+  """
   x = x.astype(jnp.float32)
   u = lax.bitcast_convert_type(x, jnp.uint32)
   u = (u + jnp.uint32(0xFFF) + ((u >> 13) & jnp.uint32(1))) & jnp.uint32(0xFFFFE000)
@@ -233,9 +195,7 @@ def round_tf32(x):
 
 
 def _operands(a, b, precision: str, interpret: bool):
-  """(a, b, lax precision) of a product at `precision`: bf16 operands for "bf16"; float32
-  operands with the TF32 algorithm compiled; in interpret mode (XLA:CPU has no TF32) float32
-  at HIGHEST, the operands rounded to TF32 for "tf32" (so that CPU tests see its error)."""
+  """(a, b, lax precision) of a product at `precision`; interpret mode rounds "tf32" operands."""
   if precision == "bf16":
     return a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), None
   a, b = a.astype(jnp.float32), b.astype(jnp.float32)
@@ -248,32 +208,29 @@ def _operands(a, b, precision: str, interpret: bool):
 
 def dot(a, b, *, precision: str, trans_a: bool = False, trans_b: bool = False,
         interpret: bool = False):
-  """float32 op(a) @ op(b) of 2-D tiles inside a kernel, with products at `precision`
-  ("highest", "tf32" or "bf16", see `_operands`) and float32 accumulation."""
+  """float32 op(a) @ op(b) of 2-D tiles in a kernel; products at "highest", "tf32" or "bf16"."""
   dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
   a, b, prec = _operands(a, b, precision, interpret)
   return lax.dot_general(a, b, dims, precision=prec, preferred_element_type=jnp.float32)
 
 
 def einsum(spec: str, a, b, *, precision: str, interpret: bool = False):
-  """`jnp.einsum` of two operands in XLA (around the kernels), products at `precision` as
-  `dot`, float32 out."""
+  """`jnp.einsum` in XLA with products at `precision` as `dot`; float32 out."""
   a, b, prec = _operands(a, b, precision, interpret)
   return jnp.einsum(spec, a, b, precision=prec, preferred_element_type=jnp.float32)
 
 
 def abstract_h200_mesh():
-  """An abstract one-device H200 mesh, for lowering kernels to Triton on a machine with no GPU."""
+  """An abstract one-device H200 mesh, to lower kernels without a GPU."""
   from jax.sharding import AbstractDevice, AbstractMesh
   return AbstractMesh((1,), ("x",), abstract_device=AbstractDevice(
       device_kind="NVIDIA H200", num_cores=None, platform="cuda"))
 
 
 def lower_for_cuda(fn, *args, donate_argnums=()):
-  """Lowers `jax.jit(fn)` for CUDA on any machine (Triton lowering included); returns text.
+  """Lowers `jax.jit(fn)` for CUDA on any machine (Triton lowering included); returns the text.
 
-  Catches what interpret mode accepts but the Triton lowering rejects (non-power-of-two
-  blocks, unsupported primitives). It does not run ptxas, so resource limits still need a GPU.
+  Catches what the Triton lowering rejects; ptxas limits still need a GPU.
   """
   from jax.sharding import use_abstract_mesh
   with warnings.catch_warnings():
@@ -285,10 +242,9 @@ def lower_for_cuda(fn, *args, donate_argnums=()):
 
 
 def triton_kernels(fn, *args, donate_argnums=()):
-  """The Triton IR of every Pallas kernel in `jax.jit(fn)(*args)`, lowered for an H200.
+  """{name: (Triton IR, num_warps, num_stages)} of each Pallas kernel of `jax.jit(fn)(*args)`.
 
-  Returns {kernel name: (Triton IR text without debug info, num_warps, num_stages)}. Works on
-  any machine (see `lower_for_cuda`); `tools/sass.py` compiles the IR offline to SASS.
+  Works on any machine; `tools/sass.py` compiles the IR to SASS.
   """
   import re
   from jax._src.pallas.triton import lowering

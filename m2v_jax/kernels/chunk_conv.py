@@ -1,10 +1,4 @@
-"""The causal conv of a chunked prefill's body, as one Pallas kernel.
-
-Every body row's post-conv activations at once: tap k of row r reads raw row r - (K-1) + k,
-rows before the body come from the conv state's K-1 rows, and the output is padded with zero
-rows to whole chunks (`chunk_scan.ChunkPlan.Rp`), which the scan reads as rows with
-x = B = C = 0. The per-element math is `rowmath.conv_output`, as in every other kernel.
-"""
+"""The causal conv of a chunked prefill's body, as one Pallas kernel."""
 
 from __future__ import annotations
 
@@ -24,15 +18,11 @@ def _conv_kernel(*, xbc_ref, head_ref, rb_ref, w_ref, bias_ref, post_ref, plan: 
   """Body conv, grid (Rp / conv_rows, C / conv_cols, B).
 
   Refs:
-    xbc_ref   [B, R, C]        raw rows of the call (the body is rows 0..Rb-1)
-    head_ref  [B, K-1, C]      the conv state before the body, oldest row first
-    rb_ref    [B] int32        body rows of each sequence (<= Rb: fewer in a ragged prefill)
+    xbc_ref   [B, R, C]        raw rows (the body is rows 0..Rb-1)
+    head_ref  [B, K-1, C]      conv state before the body, oldest first
+    rb_ref    [B] int32        body rows of each sequence
     w_ref     [C, K] f32, bias_ref [C] f32
-    post_ref  [B, Rp, C]       output, in the activation dtype (the conv output is rounded
-                               to it, so nothing is lost): silu(sum_k w_k x[r - (K-1) + k]
-                               + bias), zero from the sequence's row rb on (the padding)
-  Each tap's rows are a gather with row indices clamped into range (in bounds compiled and in
-  interpret mode alike), then a select between body and state.
+    post_ref  [B, Rp, C]       post-conv rows in the activation dtype, zero from rb on
   """
   cfg = plan.cfg
   K, BR, BC, Rb = cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.Rb
@@ -61,9 +51,7 @@ def _conv_kernel(*, xbc_ref, head_ref, rb_ref, w_ref, bias_ref, post_ref, plan: 
 
 
 def body_conv(plan: ChunkPlan, xbc, conv0, rb, conv_weight, conv_bias):
-  """Post-conv body rows [B, Rp, C] in the activation dtype of xbc [B, R, C], from the conv
-  state conv0 [B, C, K-1] (any float dtype), zero from each sequence's body rows rb [B]
-  int32 on."""
+  """Post-conv body rows [B, Rp, C] (xbc's dtype) from xbc [B, R, C] and conv0 [B, C, K-1]."""
   cfg = plan.cfg
   C = cfg.conv_dim
   head = jnp.swapaxes(conv0, 1, 2)                               # [B, K-1, C]

@@ -1,52 +1,4 @@
-"""Chunked (SSD) prefill: Pallas kernels for the bulk of a long chunk, then the verify tail.
-
-A prefill call of R > capacity rows is split the same way in both modes: rows 0..R-cap-1
-("the body") run through the chunked scan below, the last `cap` rows through the
-verify kernels (snapshot: their S snapshots; compact: they become the pending window). The
-split is the same in both modes and the body starts from bitwise the same state (snapshot:
-slot `state_row`; compact: the base after the pre-pass fold), so the modes stay bitwise
-identical across a prefill. In a ragged prefill (`dispatch.chunked_call` with `num_rows`)
-each sequence has its own body, `rb` [B] rows: its rows from rb on are zero (no decay, no
-input) and the chunks wholly past them are skipped.
-
-The body:
-1. conv (`_conv_kernel`, a Pallas kernel, `rowmath.conv_output`) and dt processing (XLA,
-   `rowmath.process_dt`) for all body rows at once, padded to a multiple of the chunk
-   length L with rows that have x = B = C = 0 and dt = 0 (no decay, no input);
-2. the chunked scan: an XLA einsum and three kernels. Per chunk of L rows (Mamba-2 paper,
-   §6, the SSD algorithm), with acum = cumsum(dt * A) the log decay from the chunk start and
-   st the state at the chunk's start:
-     y     = (C Bᵀ ∘ exp(acum_t - acum_s) ∘ [s <= t] ∘ dt_s) x + D x   intra-chunk
-           + exp(acum_t) · C stᵀ                                     from the carried state
-     state = exp(acum_L) · st + (x ∘ exp(acum_L - acum_s) dt_s)ᵀ B    the next chunk's st
-   C Bᵀ is the same for every head of a group: one XLA einsum (`group_cb`) computes it per
-   chunk and group. Then
-   a. chunk states (`_chunk_states_kernel`, grid (heads / state_heads x P tiles, chunks,
-      B)): every chunk's own state from a zero start, the last line's second term, and
-      its decay exp(acum_L), all chunks at once;
-   b. state passing (`_chunk_pass_kernel`, grid (P / block_p, H, B)): elementwise, chunks in
-      order: the state at each chunk's start, st = exp(acum_L) st + own state, into a
-      buffer; the final state over the starting slot or base. No matmul on this serial
-      path: it streams at copy bandwidth;
-   c. output (`_chunk_out_kernel`, grid (heads / out_heads x P tiles, chunks, B)): y of
-      every chunk at once from its starting state (the first two lines), gated, into a
-      buffer of the call's rows; a sequence that does not run gets its fill value (NaN:
-      rejected, zero: padding).
-   The matmuls run on the tensor cores with products at the plan's precision
-   (`Mamba2Config.prefill_precision`: 3-pass TF32, one TF32 pass or bf16 operands; float32
-   accumulation). The verify tail's y goes into the output's buffer in place (when the
-   padded body reaches past the call's rows, the buffer has the padded body's rows and is
-   cut to R at the end: one copy of y, and z is padded);
-3. the conv state after the body (its last K-1 raw inputs) is written over the same place.
-Then the verify kernels run the last `cap` rows from there.
-
-Scratch per sequence (Rp body rows padded to the chunk length L): post-conv rows Rp·C in the
-activation dtype, C·Bᵀ (Rp/L)·G·L² float32, and the chunk states and chunk starting states
-2·(Rp/L)·H·P·N float32; at Bolt geometry, R = 4096 and bf16 activations (128-row chunks)
-about 84 + 17 + 2·134 MB = 0.37 GB, with float32 activations (64-row chunks) 168 + 8 +
-2·268 MB = 0.71 GB (`scratch_bytes`); linear in B: callers prefilling many long prompts at
-once should split the batch.
-"""
+"""The chunked (SSD) scan of a prefill's body (docs/design.md, "The chunked prefill")."""
 
 from __future__ import annotations
 
@@ -64,37 +16,24 @@ from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
 
-# The longest chunk a body of at most this many rows gets (`ChunkPlan.chunk`).
+# Bodies of up to this many rows get chunks of at most this many (`ChunkPlan.chunk`).
 SHORT_BODY_CHUNK = 64
 
-# Chunk-parallel programs (chunk-states and output kernels) below which a program takes
-# fewer heads: about four per SM of an H200 (132 SMs), so that short bodies keep the SMs busy.
+# Chunk-parallel programs below which a program takes fewer heads (about four per H200 SM).
 MIN_LOCAL_PROGRAMS = 512
 
 
 def supported(cfg: config_lib.Mamba2Config) -> bool:
-  """Whether the compiled chunked scan takes this geometry: its dots need every dimension
-  >= 16 (the smallest Triton dot), so headdim needs a power-of-two divisor >= 16 (its P
-  tiles) and dstate >= 16 (a power of two, as for every kernel)."""
+  """Whether the compiled chunked scan takes `cfg`: its dots need P tiles and dstate >= 16."""
   return tiles_lib.pow2_divisor(cfg.headdim, 64) >= 16 and cfg.dstate >= 16
 
 
 @dataclasses.dataclass(frozen=True)
 class ChunkPlan:
-  """Static description of a chunked-scan launch.
+  """Static description of a chunked-scan launch: geometry, body rows Rb (R = Rb + capacity),
+  pool entries E, sequences B, gate, activation dtype, `ChunkTiles`, interpret mode.
 
-  Attributes:
-    cfg: geometry and mode.
-    Rb: body rows (the call's rows less the capacity: R = Rb + capacity).
-    E, B: pool entries, sequences.
-    has_z: gate.
-    y_dtype: activation dtype.
-    tiles: launch parameters (`tiles.ChunkTiles`).
-    interpret: Pallas interpret mode.
-
-  Raises:
-    ValueError: compiled (not interpret) with a chunk or chunk-parallel P tile below 16, the
-      smallest Triton dot; a chunk shorter than the conv state (K-1 rows).
+  Raises ValueError, compiled, for a chunk or local_block_p below 16, and for a chunk below K-1.
   """
 
   cfg: config_lib.Mamba2Config
@@ -116,8 +55,7 @@ class ChunkPlan:
 
   @property
   def chunk(self) -> int:
-    """Rows per chunk: the tiles' chunk, but at most 64 for a body of up to 64 rows (a
-    128-row chunk would pad it to 128; 64 is what short bodies were measured with)."""
+    """Rows per chunk: the tiles', at most 64 for bodies of up to 64 rows."""
     return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, 1 << max(self.Rb - 1, 0).bit_length()))
 
   @property
@@ -126,25 +64,23 @@ class ChunkPlan:
 
   @property
   def Rp(self) -> int:
-    """Body rows padded to a multiple of the chunk length."""
+    """Body rows padded to a multiple of the chunk."""
     return -(-self.Rb // self.chunk) * self.chunk
 
   @property
   def block_p(self) -> int:
-    """P rows per state-passing program: the tiles' block_p, shrunk to divide headdim."""
+    """P rows per state-passing program, dividing headdim."""
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
   def local_block_p(self) -> int:
-    """P rows per chunk-states and output program: the tiles' local_block_p, shrunk to
-    divide headdim."""
+    """P rows per chunk-states and output program, dividing headdim."""
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.local_block_p)
 
   def _heads(self, wanted: int) -> int:
-    """Heads per chunk-parallel program: `wanted`, shrunk to divide the heads of a group
-    (a program's heads share its B or C rows and C·Bᵀ), then halved while the grid has
-    fewer than `MIN_LOCAL_PROGRAMS` programs (short bodies: more, smaller programs keep
-    the SMs busy)."""
+    """Heads per chunk-parallel program: `wanted`, dividing a group's heads, halved while the
+    grid has fewer than MIN_LOCAL_PROGRAMS programs.
+    """
     nh = tiles_lib.pow2_divisor(self.cfg.heads_per_group, wanted)
     per_head = (self.cfg.headdim // self.local_block_p) * self.n_chunks * self.B
     while nh > 1 and self.cfg.nheads // nh * per_head < MIN_LOCAL_PROGRAMS:
@@ -153,47 +89,41 @@ class ChunkPlan:
 
   @property
   def state_heads(self) -> int:
-    """Heads per chunk-states program (`_heads` of the tiles' state_heads)."""
     return self._heads(self.tiles.state_heads)
 
   @property
   def out_heads(self) -> int:
-    """Heads per output program (`_heads` of the tiles' out_heads)."""
     return self._heads(self.tiles.out_heads)
 
   @property
   def conv_rows(self) -> int:
-    """Rows per conv program: the tiles' conv_rows, at most the chunk (Rp is a multiple)
-    and at least K-1 (only the first block reads the conv state's rows)."""
+    """Rows per conv program: at least K-1, at most the chunk."""
     return min(max(self.tiles.conv_rows,
                    1 << (self.cfg.d_conv - 2).bit_length()), self.chunk)
 
   @property
   def conv_cols(self) -> int:
-    """Channels per conv program: the tiles' conv_cols, shrunk to divide conv_dim."""
+    """Channels per conv program, dividing conv_dim."""
     return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
 
   @property
   def R(self) -> int:
-    """Rows of the call: the body, then the `capacity` rows of the verify tail."""
+    """Rows of the call: the body, then the capacity rows of the verify tail."""
     return self.Rb + self.cfg.capacity
 
   @property
   def precision(self) -> str:
-    """Products of the dots: "highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision`,
-    by default chosen by the activation dtype)."""
+    """"highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision_for`)."""
     return self.cfg.prefill_precision_for(self.y_dtype)
 
   @property
   def y_rows(self) -> int:
-    """Rows of the output kernel's y: the padded body, at least the call's rows, so that
-    the verify tail's y is written into it in place."""
+    """Rows of y: max(Rp, R), so the verify tail's y is written into it in place."""
     return max(self.Rp, self.R)
 
 
 def scratch_bytes(plan: ChunkPlan) -> int:
-  """Bytes of the chunked body's intermediate buffers (post-conv rows, processed dt, C·Bᵀ,
-  chunk states and decays), all sequences of the call."""
+  """Bytes of the chunked body's intermediate buffers, all sequences of the call."""
   cfg, nc, B = plan.cfg, plan.n_chunks, plan.B
   H = cfg.nheads
   return B * (plan.Rp * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
@@ -202,26 +132,21 @@ def scratch_bytes(plan: ChunkPlan) -> int:
 
 
 def _log_decay(dtv, a_h, L):
-  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1]): one formula for both
-  chunk-parallel kernels (their summation order may differ with their warps: float32
-  rounding apart)."""
+  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1])."""
   acum = jnp.cumsum(dtv * a_h)
   last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
   return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
 
 
 def _head_grid(plan: ChunkPlan, nh: int):
-  """(program id 0 -> first head h0, P-tile index) of a chunk-parallel grid whose axis 0
-  enumerates blocks of `nh` heads x P tiles, P tiles fastest (programs that run together
-  read the same chunk's rows: L2 hits)."""
+  """(first head, P tile) of program id 0 in a chunk-parallel grid, P tiles fastest (L2 reuse)."""
   P, BP = plan.cfg.headdim, plan.local_block_p
   hp = pl.program_id(0)
   return (hp // (P // BP)) * nh, hp % (P // BP)
 
 
 def _for_heads(nh: int, head):
-  """Runs `head(j, carry)` for the program's heads j = 0..nh-1: a fori_loop (Triton
-  pipelines its loads over the heads), or one straight call for a single head."""
+  """`head(j, carry)` for j < nh: a fori_loop (pipelined loads), or one call for nh = 1."""
   if nh == 1:
     head(0, 0)
   else:
@@ -230,12 +155,12 @@ def _for_heads(nh: int, head):
 
 def _chunk_states_kernel(*, go_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref,
                          plan: ChunkPlan):
-  """Chunk states, grid (H / state_heads x P / local_block_p, chunks, B), every chunk at
-  once: the chunk's own state from a zero start, (x ∘ exp(acum_L - acum) dt)ᵀ B, into `s`
-  [B, chunks, H, P, N] f32, and its decay exp(acum_L) into `dec` [B, chunks, H] f32 (the
-  programs of a head's P tiles write the same value). A program loops over `state_heads`
-  heads of one group; the group's B rows are loaded once. Chunks wholly past the sequence's
-  body (`rb` [B] rows) are skipped."""
+  """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, chunks, B).
+
+    go_ref, rb_ref [B] int32: run flag, body rows; xr_ref [B, Rp, C]; dtr_ref [B, Rp, H] f32
+    s_ref   [B, chunks, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B
+    dec_ref [B, chunks, H] f32         exp(acum_L)
+  """
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
@@ -265,13 +190,12 @@ def _chunk_states_kernel(*, go_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, de
 
 def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm_ref,
                        ssm_out_ref, st_ref, plan: ChunkPlan):
-  """State passing, grid (P / block_p, H, B), chunks in order, elementwise (no matmul on
-  the serial path): from the starting state, st = dec · st + s per chunk; each chunk's
-  starting state into `st` [B, chunks, H, P, N] f32, the final state over the starting
-  slot (snapshot) or base (compact), over the chunks of the sequence's body (`rb` [B]
-  rows). A sequence that does not run writes nothing. (`st` is
-  its own buffer: written over `s` in place, the loop's loads of the next chunk could no
-  longer be issued ahead of this chunk's store, and the kernel ran 4.7x slower.)"""
+  """State passing, grid (P / block_p, H, B): st = dec * st + s chunk by chunk, elementwise.
+
+    ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
+    st_ref [B, chunks, H, P, N] f32: each chunk's starting state; not aliased to s_ref, so the
+      next chunk's loads need not wait for this chunk's store.
+  """
   cfg = plan.cfg
   BP = plan.block_p
   compact = cfg.compact
@@ -289,7 +213,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm
       return dec_ref[b, c, h] * st + own
 
     st = lax.fori_loop(0, (rb_ref[b] + plan.chunk - 1) // plan.chunk, chunk, st)
-    st = st.astype(ssm_out_ref.dtype)            # rounded when the state is stored in 16 bits
+    st = st.astype(ssm_out_ref.dtype)
     if compact:
       ssm_out_ref[e, h, ps, :] = st
     else:
@@ -298,13 +222,11 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm
 
 def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None,
                       alog_ref, d_ref, y_ref, plan: ChunkPlan):
-  """Output, grid (H / out_heads x P / local_block_p, chunks, B), every chunk at once:
-  (C Bᵀ ∘ decay ∘ dt) x + D x + exp(acum) C stᵀ (st: the chunk's starting state), gated,
-  into y [B, y_rows, H*P] (rows of the padded body; the verify tail's rows are left). A
-  sequence that does not run gets its `fill` [B] value (NaN: rejected, zero: padding, as
-  `reference.finish_y` gives); chunks wholly past the sequence's body (`rb` [B] rows) get
-  zeros. C Bᵀ is per group and chunk (`cb` [B, chunks, G, L, L] f32); a program loops over
-  `out_heads` heads of one group."""
+  """y of every chunk, gated, grid (H / out_heads * P / local_block_p, chunks, B).
+
+    cb_ref [B, chunks, G, L, L] f32 (C·Bᵀ); st_ref: starting states; fill_ref [B] f32: y of a
+    sequence not run; y_ref [B, y_rows, H*P]: rows past the body are the verify tail's.
+  """
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
@@ -352,8 +274,7 @@ def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_r
 
 
 def group_cb(cfg, xr, chunk: int, precision: str, interpret: bool):
-  """C·Bᵀ of every chunk and group: [B, chunks, G, L, L] float32 from the post-conv rows
-  `xr` [B, Rp, C], one batched matmul with products at `precision` (`backend.einsum`)."""
+  """C·Bᵀ [B, chunks, G, L, L] f32 of the post-conv rows `xr` [B, Rp, C], one batched matmul."""
   Bsz, Rp, _ = xr.shape
   G, N, HP = cfg.ngroups, cfg.dstate, cfg.d_inner
   nc = Rp // chunk
@@ -364,29 +285,18 @@ def group_cb(cfg, xr, chunk: int, precision: str, interpret: bool):
 
 
 def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, rb, fill, xr, dtr, z, A_log, D, ssm):
-  """The chunked scan: the three kernels and `group_cb` between them.
+  """The chunked scan: `group_cb` and the three kernels.
 
   Args:
     plan: the launch.
-    cache_indices, slot: [B] int32 pool entry and starting slot (snapshot) of each sequence.
-    go: [B] int32: 1 runs the sequence; one with 0 gets y rows of its `fill` value and keeps
-      its state.
-    rb: [B] int32 body rows of each sequence (<= plan.Rb; fewer in a ragged prefill): its
-      rows from rb on are padding (zero in xr and dtr); the chunks wholly past them are
-      skipped and their y rows are 0.
-    fill: [B] float32 y value of a sequence that does not run (NaN: rejected, 0: padding).
-    xr: [B, Rp, C] post-conv body rows in the activation dtype, zero from each sequence's rb
-      on (whole chunks).
-    dtr: [B, Rp, H] float32 processed dt (zero from rb on).
-    z: optional [B, >= Rp, H*P] gate.
-    A_log, D: [H] float32.
-    ssm: the state pool's ssm leaf (snapshot [E, S, H, P, N], compact [E, H, P, N]; float32
-      or 16-bit storage, widened on load); the final state of each sequence goes over its
-      starting slot or base, in place (rounded to the storage dtype).
+    cache_indices, slot, go, rb: [B] int32 entry, starting slot (snapshot), run flag, body rows.
+    fill: [B] float32 y of a sequence not run (NaN: rejected, 0: padding).
+    xr, dtr: [B, Rp, C] post-conv rows, [B, Rp, H] float32 dt, both zero from rb on.
+    z: optional [B, >= Rp, H*P] gate; A_log, D: [H] float32.
+    ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
 
   Returns:
-    (ssm, y [B, y_rows, H*P] in the activation dtype). y's rows Rb.. are left for the verify
-    tail.
+    (ssm, y [B, y_rows, H*P] in the activation dtype; rows Rb.. left for the verify tail).
   """
   cfg, t = plan.cfg, plan.tiles
   H, P, N = cfg.nheads, cfg.headdim, cfg.dstate

@@ -1,19 +1,8 @@
-"""The per-row math of one Mamba-2 mixer step (docs/semantics.md, "One row"), written once.
+"""The math of one Mamba-2 row (docs/semantics.md, "One row"), shared by kernels and reference.
 
-The conv and the dt processing here are what every kernel and the jax.numpy reference run;
-`state_update` and `readout` are the serial recurrence of the oracle (`reference.rows`),
-which the kernels' SSD dual form (`kernels.dual`) matches to float32 rounding. They are plain
-`jax.numpy` expressions on values: inside a Pallas kernel they see register tiles, in the
-reference whole arrays; the caller brings the operands to broadcastable shapes. Every product
-and every sum is rounded to float32 on its own, in the order written here, except the
-multiply-add that `state_update` routes through its `fma` argument (the compiled kernels pass
-one fused multiply-add, `kernels.backend.fma`): the Pallas Triton lowering contracts nothing
-by itself, and the test suite runs XLA:CPU with `--xla_cpu_max_isa=AVX`, which keeps it from
-contracting too.
-
-Source of the math: Dao & Gu, "Transformers are SSMs" (Mamba-2, 2024), the selective SSM
-recurrence h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, y_t = h_t C_t + D x_t, and the
-`Mamba2.step` conv of state-spaces/mamba.
+Plain jax.numpy on values (register tiles in a kernel); every product and sum rounds on its
+own, except the multiply-add `state_update` passes to `fma`. Math: Dao & Gu, "Transformers are
+SSMs" (2024), and state-spaces/mamba's `Mamba2.step`.
 """
 
 from __future__ import annotations
@@ -30,11 +19,8 @@ def silu(v):
 
 
 def round_to(v, dtype, triton: bool = False):
-  """float32 `v` rounded to the precision of `dtype` (to nearest even), kept in float32.
-
-  `lax.reduce_precision` under XLA, which keeps it where it may drop a float32 -> bfloat16 ->
-  float32 round trip as excess precision (XLA:GPU does); inside a compiled Triton kernel
-  (`triton=True`), which has no rule for it and keeps every conversion, the round trip.
+  """float32 `v` rounded to `dtype`'s precision, kept float32: `lax.reduce_precision` under XLA
+  (which may drop a round trip as excess precision), the round trip in a Triton kernel.
   """
   dtype = jnp.dtype(dtype)
   if dtype == jnp.float32:
@@ -46,13 +32,8 @@ def round_to(v, dtype, triton: bool = False):
 
 
 def stored(v, dtype, triton: bool = False):
-  """float32 `v` as storing it in `dtype` and loading it back gives it (round to nearest-even,
-  subnormals and overflow as the conversion gives them), kept in float32.
-
-  Unlike `round_to`'s `reduce_precision` (which flushes what would be a float16 subnormal to
-  zero), this is the conversion itself: under XLA an optimization barrier keeps the round
-  trip from being dropped as excess precision; inside a compiled Triton kernel every
-  conversion is kept anyway.
+  """float32 `v` as a store in `dtype` and a load give it, kept float32 (unlike `reduce_precision`,
+  float16 subnormals survive); an optimization barrier keeps XLA from dropping the round trip.
   """
   dtype = jnp.dtype(dtype)
   if dtype == jnp.float32:
@@ -64,20 +45,10 @@ def stored(v, dtype, triton: bool = False):
 
 
 def conv_output(weights, window, bias, dtype, triton: bool = False):
-  """One causal-conv output column: silu(sum_k w_k * win_k + bias), rounded to `dtype`.
+  """One causal-conv output, silu(sum_k w_k * win_k + bias) summed left to right, in `dtype`.
 
-  Args:
-    weights: K float32 arrays (the conv taps, oldest first), each broadcastable to the window.
-    window: K float32 arrays: the K-1 conv-state columns (oldest first), then the new input.
-    bias: float32 conv bias.
-    dtype: the activation dtype: the output is rounded to it (`round_to`), as the causal conv
-      of every Mamba-2 implementation returns its output in the activation dtype; a no-op
-      for float32.
-    triton: whether this runs inside a compiled Triton kernel (see `round_to`).
-
-  Returns:
-    The post-conv activation as float32 (holding a `dtype` value). The sum runs left to right
-    over k, then adds the bias; silu is computed in float32.
+  `weights`: K float32 taps, oldest first; `window`: the K-1 conv-state columns, then the new
+  input; `triton`: inside a compiled Triton kernel (see `round_to`).
   """
   acc = weights[0] * window[0]
   for w, v in zip(weights[1:], window[1:]):
@@ -86,17 +57,9 @@ def conv_output(weights, window, bias, dtype, triton: bool = False):
 
 
 def process_dt(dt_raw, dt_bias, dt_limit):
-  """dt after the bias, softplus (threshold 20) and the dt_limit clamp, float32.
-
-  Args:
-    dt_raw: float32 dt before the bias.
-    dt_bias: float32 per-head bias, broadcastable to `dt_raw`.
-    dt_limit: static (lo, hi). Softplus output is >= 0, so the default (0, inf) is a no-op
-      and is skipped.
-  """
+  """dt + dt_bias, softplus (threshold 20), then the static `dt_limit` (lo, hi) clamp; float32."""
   dt = dt_raw + dt_bias
-  # The minimum leaves every selected value unchanged; it keeps exp finite in the branch that
-  # is not selected, so gradients (training through the reference) stay finite.
+  # The minimum keeps the unselected branch's exp finite, so gradients stay finite.
   dt = jnp.where(dt <= SOFTPLUS_THRESHOLD,
                  jnp.log1p(jnp.exp(jnp.minimum(dt, SOFTPLUS_THRESHOLD))), dt)
   lo, hi = dt_limit
@@ -113,30 +76,23 @@ def decay(dt, a_log):
 
 
 def unfused(a, b, c):
-  """a * b + c with the product rounded on its own (what JAX computes for `a * b + c`)."""
+  """a * b + c, the product rounded on its own."""
   return a * b + c
 
 
 def state_update(st, dA, dtx, b, fma=unfused):
-  """st * dA + dtx * b: one row of the SSM recurrence (the outer product dtx ⊗ b).
+  """st * dA + dtx * b, one row of the recurrence: st [..., P, N], dtx [..., P, 1], b [..., 1, N].
 
-  Args:
-    st: state, float32, with a P axis and an N axis.
-    dA: decay, broadcastable to `st` (a scalar per head).
-    dtx: dt * x, broadcast along the N axis of `st` (e.g. [..., P, 1]).
-    b: B row of the head's group, broadcast along the P axis (e.g. [..., 1, N]).
-    fma: how `st * dA + (dtx * b)` is rounded: `unfused`, or the compiled kernels' fused
-      multiply-add (`kernels.backend.fma`).
+  `fma` rounds `st * dA + (dtx * b)`: `unfused`, or `kernels.backend.fma` compiled.
   """
   return fma(st, dA, dtx * b)
 
 
 def readout(st, c, d, x):
-  """y = sum_n st[..., n] * c[..., n] + D * x, float32 (no gate): st [..., P, N], c
-  broadcastable to it, d broadcastable to x [..., P]."""
+  """y = sum_n st * c + D * x (no gate): st [..., P, N], x [..., P]; float32."""
   return jnp.sum(st * c, axis=-1) + d * x
 
 
 def gate(y, z):
-  """y * silu(z) (the optional in-kernel gate)."""
+  """y * silu(z)."""
   return y * silu(z)

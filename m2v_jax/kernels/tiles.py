@@ -1,9 +1,4 @@
-"""Launch parameters of the kernels, keyed by layer geometry.
-
-Tiles are picked by hand from measurements on the H200 (BENCHMARKS.md, "Tiles") and never
-autotuned at run time: every launch updates the state in place, so a tuning run would change
-it. A geometry missing from a table gets a heuristic.
-"""
+"""Kernel launch parameters keyed by geometry, picked from measured sweeps (never autotuned)."""
 
 from __future__ import annotations
 
@@ -13,8 +8,7 @@ from m2v_jax import config as config_lib
 
 
 def _check_powers_of_two(tiles, names) -> None:
-  """Raises ValueError naming the first field of `tiles` in `names` that is not a power of
-  two."""
+  """Raises ValueError naming the first field in `names` that is not a power of two."""
   for name in names:
     v = getattr(tiles, name)
     if v < 1 or v & (v - 1):
@@ -31,22 +25,20 @@ def pow2_divisor(n: int, cap: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:
-  """Launch parameters of the verify kernels (`kernels.verify_conv`, `kernels.verify_ssm`).
+  """Launch parameters of the verify kernels.
+
+  (block_p, n_cols, num_warps) fix the products' summation order: kernels that must agree
+  bitwise use the same triple.
+
+  Attributes:
+    block_p: P rows of an SSM program's [block_p, N] state tile.
+    num_warps, num_stages: the SSM program's warps and pipelining depth.
+    n_cols: columns of the state's chunks (at most N).
+    block_c: conv channels per conv program.
+    prep_warps: warps per conv program.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1.
-
-  Attributes:
-    block_p: rows of P one SSM program owns (a [block_p, N] float32 state tile).
-    num_warps: warps per SSM program.
-    num_stages: software-pipelining depth of the SSM program's loops.
-    n_cols: the SSM program holds its state as N / n_cols chunks [block_p, n_cols] and runs
-      its products chunk by chunk (a power of two, at most N).
-    block_c: conv channels one conv program owns.
-    prep_warps: warps per conv program.
-
-  (block_p, n_cols, num_warps) fix the order of the products' sums, so every kernel whose
-  results must match another's (the two modes) uses the same triple.
   """
 
   block_p: int
@@ -62,8 +54,7 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
-    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text` (the benchmarks' and
-    tools' spelling of a variant)."""
+    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`."""
     fields = ("block_p", "num_warps", "n_cols", "num_stages")
     values = text.split(":")
     if not 3 <= len(values) <= 4:
@@ -73,18 +64,15 @@ class TileConfig:
 
 # TileConfig by (nheads, headdim, dstate).
 _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
-    # Bolt: one program per head (a warpgroup: the y product runs as wgmma), state chunks
-    # of 64 columns (BENCHMARKS.md, "Tiles").
+    # Bolt: one program (a warpgroup, wgmma) per head (BENCHMARKS.md, "Tiles").
     (128, 64, 128): TileConfig(block_p=64, num_warps=4, n_cols=64),
 }
-# Bolt's heads split over 2 devices: the same tiles, so that y is bitwise one device's.
+# Bolt split over 2 devices: the same tiles, so y is bitwise one device's.
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 
 def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
-  """The verify tiles for `cfg`'s geometry: a measured table entry, else a heuristic (the
-  largest power-of-two P tile up to 32 that divides headdim, state chunks of 32 columns; 4
-  warps for tiles of at least 1024 elements, else 1)."""
+  """The verify tiles for `cfg`: its table entry, else a heuristic."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate)
   if key in _TILE_TABLE:
     return _TILE_TABLE[key]
@@ -95,29 +83,18 @@ def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkTiles:
-  """Launch parameters of the chunked-prefill kernels (`kernels.chunk_conv`,
-  `kernels.chunk_scan`: the chunk-states, state-passing and output kernels).
+  """Launch parameters of the chunked-prefill kernels (`chunk_conv`, `chunk_scan`).
+
+  Powers of two; the kernels shrink P tiles and heads to fit (`chunk_scan.ChunkPlan`).
 
   Attributes:
-    chunk: rows per chunk (L; a power of two, >= 16 compiled: the smallest Triton dot).
-    block_p: P rows per program of the state-passing kernel (a power of two; it has no dot;
-      shrunk to divide headdim).
-    num_warps: warps per program of the state-passing kernel.
-    num_stages: software-pipelining depth of its loop over chunks.
-    local_block_p: P rows per program of the chunk-states and output kernels (a power of two,
-      >= 16 compiled; shrunk to divide headdim).
-    state_warps: warps per program of the chunk-states kernel.
-    state_heads: heads per chunk-states program (a power of two; shrunk to divide the heads
-      per group, then halved while the grid would have fewer than
-      `chunk_scan.MIN_LOCAL_PROGRAMS` programs): the group's B rows are loaded once for all
-      of them.
-    state_stages: software-pipelining depth of the chunk-states kernel's loop over its heads.
-    out_warps, out_heads, out_stages: the same for the output kernel (its heads share the
-      group's C rows and C·Bᵀ).
-    conv_rows, conv_cols, conv_warps: rows and channels per program of the body's conv
-      kernel, and its warps (powers of two). The kernel raises conv_rows to at least K-1
-      (a power of two: only its first block reads the conv state's rows) and lowers it to
-      at most the chunk; it shrinks conv_cols to divide conv_dim.
+    chunk: rows per chunk (>= 16 compiled).
+    block_p, num_warps, num_stages: the state-passing kernel's P tile, warps, pipelining.
+    local_block_p: P tile of the chunk-states and output kernels (>= 16 compiled).
+    state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
+      program (sharing the group's B rows) and pipelining.
+    out_warps, out_heads, out_stages: the same for the output kernel.
+    conv_rows, conv_cols, conv_warps: the body conv's block and warps.
 
   Raises:
     ValueError: a field that must be a power of two and is not, or a stage count below 1.
@@ -154,24 +131,17 @@ _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
-    # Bolt, float32 products (3-pass or 1-pass TF32): the fastest of the chunk sweep at
-    # R=4096; 64-row chunks, since 128-row chunks spill registers at 3-pass TF32.
+    # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states (0.70x
-    # the time of 64-row chunks in a sweep whose state-passing kernel was 4.7x slower than
-    # now, most of the gain from that kernel; not re-measured since). Bodies of up to 64 rows
-    # keep 64-row chunks (`ChunkPlan.chunk`).
+    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states.
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
-    # Bolt's heads split over 2 devices: the same per-group shapes (not measured on its own).
+    # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
     (64, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
 }
 
 
 def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest") -> ChunkTiles:
-  """The chunked-prefill tiles for `cfg`'s geometry and the product precision ("highest",
-  "tf32", "bf16": `Mamba2Config.prefill_precision_for` of the activation dtype; the default
-  is float32's): a measured table entry, else the defaults. (The kernels shrink block_p to
-  divide headdim, and short bodies shorten the chunk: `chunk_scan.ChunkPlan.chunk`.)"""
+  """The chunked-prefill tiles for `cfg` and a product precision: its table entry, else defaults."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate, precision == config_lib.BF16)
   return _CHUNK_TILE_TABLE.get(key, ChunkTiles())

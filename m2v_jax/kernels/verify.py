@@ -1,14 +1,4 @@
-"""The verify path of both replay modes: a plan and its two launches (conv, then SSM).
-
-A call of R rows (a verify call, a compact fold with R = 0, the last rows of a prefill, a
-short prefill) runs `verify_conv` (conv and dt of the new rows, the window and conv-state
-bookkeeping) and then `verify_ssm` (the compact fold, y in the SSD dual form, the states).
-The new rows are cut into segments of at most `capacity` rows: a call of R <= capacity rows
-is one segment; a longer one has body segments of `capacity` rows from row 0 (the last one
-shorter) and then the kept segment, its last `capacity` rows. Both modes run the same
-kernels with the same plan but for the mode, so their y and states agree bitwise (one open
-exception, docs/semantics.md: 16-bit state with float32 activations).
-"""
+"""The verify path of both modes: a static plan and its two launches, conv then SSM."""
 
 from __future__ import annotations
 
@@ -31,16 +21,13 @@ class Plan:
   """Static description of one call's launches.
 
   Attributes:
-    cfg: layer geometry (its `replay_mode` is the mode).
-    R: new rows in the call; 0 = fold only (compact: fold the pending rows into the base).
-    E: entries in the state pool.
-    B: sequences in the call.
-    has_z: whether a gate z is applied to y.
-    y_dtype: dtype of y (the activation dtype).
-    conv_dtype: dtype of the conv state.
+    cfg: geometry and mode.
+    R: new rows; 0 = a compact fold only.
+    E, B: pool entries, sequences.
+    has_z: whether y is gated.
+    y_dtype, conv_dtype, state_dtype: activation, conv state and SSM state dtypes.
     tiles: launch parameters.
     interpret: Pallas interpret mode.
-    state_dtype: storage dtype of the SSM state (float32, or 16-bit: `m2v_jax.state`).
   """
 
   cfg: config_lib.Mamba2Config
@@ -64,49 +51,43 @@ class Plan:
 
   @property
   def body(self) -> int:
-    """Rows before the kept ones: snapshot stores no state of them, compact commits them to
-    the base (a call of R > capacity rows keeps its last capacity rows)."""
+    """Rows before the kept last `capacity` ones (compact commits them to the base)."""
     return max(self.R - self.cap, 0)
 
   @property
   def KT(self) -> int:
-    """Rows of a segment tile (`dual.tile_rows`)."""
     return dual.tile_rows(self.cap)
 
   @property
   def RT(self) -> int:
-    """Rows of the post-conv scratch: every segment tile, from its first row, in bounds."""
+    """Rows of the post-conv scratch, so every segment tile is in bounds."""
     return self.body + self.KT
 
   @property
   def block_c(self) -> int:
-    """Conv channels per conv program: the tile's block_c, shrunk to divide H*P and G*N, so
-    that no block straddles the x, B and C channels."""
+    """Conv channels per program, dividing H*P and G*N (no block straddles x, B and C)."""
     cfg = self.cfg
     return tiles_lib.pow2_divisor(math.gcd(cfg.d_inner, cfg.ngroups * cfg.dstate),
                                   self.tiles.block_c)
 
   @property
   def block_p(self) -> int:
-    """P rows per SSM program: the tile's block_p, shrunk to divide P."""
+    """P rows per SSM program, dividing P."""
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
   def n_cols(self) -> int:
-    """N columns per chunk of the SSM program's state, at most N."""
+    """Columns per chunk of the SSM program's state, at most N."""
     return min(self.tiles.n_cols, self.cfg.dstate)
 
   @property
   def exact_rows(self) -> bool:
-    """Whether x, B and C are exact in TF32 (16-bit activations): see `backend.Products`."""
+    """16-bit activations: x, B and C exact in TF32."""
     return self.y_dtype != jnp.dtype(f32)
 
 
 def run(plan: Plan, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
-  """Runs the conv and SSM kernels of one call (`plan.R` = 0: a compact fold).
-
-  Returns (y [B, R, H*P] in the activation dtype, or None for a fold; the new state pytree).
-  """
+  """The conv and SSM launches of one call; returns (y [B, R, H*P], None in a fold; new state)."""
   prepped = verify_conv.conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows)
   out = verify_ssm.ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows)
   if plan.compact:

@@ -16,8 +16,7 @@ f32 = jnp.float32
 
 
 def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
-  """(safe entry, state_row (0 if rejected), num_rows, valid, rows to fold, pending rows,
-  `starts` bitmask) of sequence b, by `status.sequence_status`."""
+  """(safe entry, state_row or 0, num_rows, valid, rows to fold, pending, starts) of sequence b."""
   entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
   safe = status.safe_entry(entry, plan.E)
   pending = pend_ref[safe] if plan.compact else jnp.int32(0)
@@ -33,32 +32,20 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
                  wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None, wxb_out_ref=None,
                  wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref, prev_starts_ref=None,
                  prev_origin_ref=None, plan):
-  """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B).
+  """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does dt.
 
-  Refs (E pool entries, B sequences, RT scratch rows, K1 = K-1, Q = ring rows, XB = H*P + G*N):
-    idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
-    pend_ref, starts_ref, origin_ref  compact [E] int32   the window's bookkeeping (read only:
-                                          the SSM launch writes it)
-    xbc_ref [B, R, C], dt_ref [B, R, H]   the new rows, raw (absent in a fold)
-    w_ref [C, K], bias_ref [C], dtb_ref [H]   float32 conv taps (oldest first), conv bias,
-                                          dt_bias
-    conv_ref        snapshot [E, S, C, K1] slots; compact [E, C, K1] the conv state before the
-                    last call; aliased to conv_out_ref
-    last_ref        compact [E, cap, C]   the last call's raw rows; aliased to last_out_ref
-    wxb_ref, wdt_ref  compact [E, Q, XB], [E, Q, H]   the ring (x, B post-conv; dt); aliased
-                                          to wxb_out_ref, wdt_out_ref (only written here)
-  Outputs besides the aliased state:
-    xr_ref          [B, RT, C]            post-conv rows in the activation dtype (zero past
-                                          num_rows)
-    dtr_ref         [B, RT, H] f32        processed dt (zero past num_rows)
-    fold_ref        [B] int32             rows to fold, or -1: the call rejects the sequence
-    prev_starts_ref, prev_origin_ref  compact [B] int32   `starts` and `origin` before the
-                                          call (the SSM launch writes the new ones)
-
-  Each conv program owns block_c channels of one sequence and reads what it owns (the start
-  conv window) before writing it; the last program of a sequence owns its dt. The ring rows
-  written (the call's kept rows) are not among the rows the SSM launch folds
-  (`status.ring_origin`).
+  Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
+    idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
+    pend_ref, starts_ref, origin_ref  [E] int32       window bookkeeping (read only)
+    xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
+    w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
+    conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
+    last_ref   [E, cap, C]                            -> last_out_ref (aliased)
+    wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             -> wxb_out_ref, wdt_out_ref (aliased)
+    xr_ref     [B, RT, C]                             post-conv rows (zero past num_rows)
+    dtr_ref    [B, RT, H] f32                         processed dt (zero past num_rows)
+    fold_ref   [B] int32                              rows to fold, -1: rejected
+    prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
   """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
@@ -72,9 +59,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
                                                           pend_ref, starts_ref)
   if plan.compact:
     origin = origin_ref[e]
-    ring = lambda i: status.ring_row(cfg, origin, n_fold + i - body)   # kept row i's ring row
+    ring = lambda i: status.ring_row(cfg, origin, n_fold + i - body)
 
-  def kept(i, fn):                     # fn() for a kept, active row i
+  def kept(i, fn):
     pl.when((i >= body) & (i < n))(fn)
 
   @pl.when(valid & (pid < n_cblocks))
@@ -83,7 +70,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     taps = [w_ref[cs, k] for k in range(K1 + 1)]
     bias = bias_ref[cs]
     if plan.compact:
-      # The conv window after row `row` of the last call: its last K-1 of [conv | raw rows].
+      # The window after row `row` of the last call: the last K-1 of [conv | raw rows].
       off = jnp.where(pending > 0, row + 1, 0)
       win = []
       for j in range(K1):
@@ -93,7 +80,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         win.append(jnp.where(q < K1, old, raw))
     else:
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
-    backend.barrier(plan.interpret)
+    backend.barrier(plan.interpret)        # the window is read before it is overwritten
 
     def store_conv(window, *slot):
       for j in range(K1):
@@ -108,7 +95,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       v = raw.astype(f32)
       out = rowmath.conv_output(taps, list(prev) + [v], bias, plan.y_dtype, triton)
       xr_ref[b, i, cs] = jnp.where(i < n, out, 0.0).astype(xr_ref.dtype)
-      nxt = list(prev[1:]) + [v]     # past num_rows, only rows whose stores are skipped use it
+      nxt = list(prev[1:]) + [v]
       if plan.compact:
         def store_window():
           last_out_ref[e, i - body, cs] = raw.astype(last_out_ref.dtype)
@@ -125,7 +112,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       return nxt
 
     if R <= cap:
-      raws = [xbc_ref[b, i, cs] for i in range(R)]      # every load ahead of the stores
+      raws = [xbc_ref[b, i, cs] for i in range(R)]      # all loads before the stores
       for i in range(R):
         win = new_row(i, raws[i], win)
     else:
@@ -170,8 +157,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
 
 
 def conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
-  """Runs the conv launch of `plan` (a `verify.Plan`). Returns its outputs by name
-  (`_conv_kernel`)."""
+  """Runs the conv launch of `plan`; returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct

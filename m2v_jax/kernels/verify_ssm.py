@@ -15,8 +15,7 @@ from m2v_jax.kernels import rowmath
 f32 = jnp.float32
 
 
-# Rows the compact fold loads ahead of the row it folds: their global-memory latency
-# overlaps the fold of the rows before.
+# Rows the compact fold loads ahead, to overlap their latency with the fold.
 FOLD_AHEAD = 1
 
 
@@ -27,28 +26,17 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
                 origin_out_ref=None, y_ref=None, plan):
   """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
 
-  Refs (E pool entries, B sequences, RT scratch rows, Q ring rows, XB = H*P + G*N):
-    idx_ref, row_ref, n_ref  [B] int32    cache_indices, state_row, num_rows
-    fold_ref        [B] int32             from the conv launch: rows to fold, -1: rejected
-    prev_starts_ref, prev_origin_ref  compact [B] int32   from the conv launch: the window's
-                                          `starts` and `origin` before the call
-    xr_ref          [B, RT, C]            post-conv rows (activation dtype, zero past num_rows)
-    dtr_ref         [B, RT, H] f32        their processed dt
-    z_ref           [B, R, H*P]           optional gate
-    alog_ref, d_ref  [H] f32              A_log, D
-    ssm_ref         snapshot [E, S, H, P, N], compact [E, H, P, N], in the state dtype;
-                    aliased to ssm_out_ref
-    wxb_ref, wdt_ref  compact [E, Q, XB], [E, Q, H]   the ring: post-conv x and B, dt
-    pend_ref, starts_ref, origin_ref  compact [E] int32; aliased to the *_out_refs (only
-                                          written here)
-    y_ref           [B, R, H*P]           y (absent in a fold)
-
-  The state is held as N / n_cols chunks [block_p, n_cols]. It advances row by row with
-  one fused multiply-add per element (`rowmath.state_update`), the same in both modes:
-  compact mode folds its pending rows in a loop that loads FOLD_AHEAD rows ahead (rounding
-  a 16-bit state where a call began, and after the fold, as snapshot mode stored those
-  states), snapshot mode stores the state after every kept row. y of each segment of new rows comes from the segment's start state
-  in the dual form (`dual.outputs`).
+  Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
+    idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
+    fold_ref                          [B] int32       rows to fold, -1: rejected
+    prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
+    xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
+    z_ref [B, R, H*P]                                 optional gate
+    alog_ref, d_ref                   [H] f32
+    ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
+    wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
+    pend_ref, starts_ref, origin_ref  [E] int32       -> *_out_ref (aliased)
+    y_ref      [B, R, H*P]                            (None in a fold)
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
@@ -85,7 +73,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     da = jnp.exp(dtv * A)
     return [rowmath.state_update(s, da, dtx, bc, fma) for s, bc in zip(S, bm)]
 
-  def rounded(S):                      # the value a store then a load would give
+  def rounded(S):                      # as a store then a load would give it
     return [rowmath.stored(s, plan.state_dtype, triton) for s in S]
 
   def store_state(S, *slot):
@@ -93,9 +81,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
   def segment_tiles(t0, L):
-    """The rows t0 .. t0 + KT - 1 of the scratch that y of a segment of L rows (L static)
-    reads: x [KT, BP], B and C chunks [KT, NC], dt [KT], and the per-row scalar dt of the
-    log-decay sum (scalar loads: no reductions)."""
+    """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts."""
     rows = (b, pl.ds(t0, KT))
     x = xr_ref[rows + (xcols,)].astype(f32)
     bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
@@ -103,8 +89,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
 
   def segment_y(S, t0, L, tiles=None):
-    """y of new rows t0 .. t0 + L - 1 (L static) from their start state S, stored (rows at
-    or past num_rows get 0, gated); `tiles`: their `segment_tiles`, when loaded early."""
+    """Stores y of rows t0 .. t0 + L - 1 from their start state S (0 past num_rows, gated)."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     live = (kt < L) & (t0 + kt < n)
     cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
@@ -120,8 +105,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
 
   def new_rows(S, t0, L, store):
-    """The state after each new row t0 .. t0 + L - 1 (L static); `store(S, i)` after row i.
-    A loop that loads the next row while it updates with the current one."""
+    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead."""
     def ahead(i):
       return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
 
@@ -146,7 +130,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
       last = jnp.maximum(n_fold - 1, 0)
 
-      def ring(r):                     # pending row r (a row past the fold: the last one)
+      def ring(r):                     # pending row r, clamped to the last folded row
         return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, jnp.minimum(r, last)))
 
       def fold_row(r, carry):
@@ -206,8 +190,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
 
 
 def ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows):
-  """Runs the SSM launch of `plan` (a `verify.Plan`) on the conv launch's outputs. Returns
-  its outputs by name (`_ssm_kernel`)."""
+  """Runs the SSM launch of `plan` on the conv launch's outputs; returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
