@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from m2v_jax import config as config_lib
+from m2v_jax import params as params_lib
 from m2v_jax import reference
 from m2v_jax import status
 from m2v_jax.kernels import chunk_conv
@@ -20,6 +21,7 @@ from m2v_jax.kernels import chunk_scan
 from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels import verify as verify_kernels
+from m2v_jax import state as state_lib
 from m2v_jax.state import CompactState, SnapshotState
 
 f32 = jnp.float32
@@ -205,3 +207,16 @@ def committed(params, state, state_row, cache_indices, *, cfg, backend):
   folded = fold(cfg, backend, params, sub, state_row, own)
   return (reference.mask_invalid(folded.ssm.astype(f32), valid, pad),
           reference.mask_invalid(folded.conv, valid, pad))
+
+
+def abstract_call_args(cfg, B, R, z=False, dtype=jnp.bfloat16, E=None):
+  """`call`'s arguments for R rows on B sequences (E entries, default B) without allocating:
+  random params, then shapes; z, cache_indices and num_rows None where the call has none.
+  For lowering on any machine (`backend.triton_kernels`)."""
+  E = E or B
+  sds = jax.ShapeDtypeStruct
+  i32 = sds((B,), jnp.int32)
+  return (params_lib.random_params(cfg), state_lib.state_shapes(cfg, E, dtype),
+          sds((B, R, cfg.conv_dim), dtype), sds((B, R, cfg.nheads), dtype), i32,
+          sds((B, R, cfg.d_inner), dtype) if z else None, i32 if E != B else None,
+          i32 if R <= cfg.capacity else None)

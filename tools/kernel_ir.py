@@ -44,25 +44,13 @@ def calls():
            True, 2)
 
 
-def call_args(cfg, B, R, z=False, dtype=jnp.bfloat16, E=None):
-  """The arguments of `dispatch.call` for a call of R rows on B sequences (a pool of E
-  entries, default B): params, then abstract arrays (no allocation), z, cache_indices and
-  num_rows None where the call has none."""
-  E = E or B
-  return (m.random_params(cfg), m.state_shapes(cfg, E, dtype), sds((B, R, cfg.conv_dim), dtype),
-          sds((B, R, cfg.nheads), dtype), sds((B,), jnp.int32),
-          sds((B, R, cfg.d_inner), dtype) if z else None,
-          sds((B,), jnp.int32) if E != B else None,
-          sds((B,), jnp.int32) if R <= cfg.capacity else None)
-
-
 def call_kernels(cfg, B, R, z, dtype, chunked, E):
   """{kernel name: (Triton IR, num_warps, num_stages)} of one verify/prefill call."""
 
   def f(p, s, x, d, r, z_, ci, nr):
     return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked)
 
-  return backend.triton_kernels(f, *call_args(cfg, B, R, z, dtype, E), donate_argnums=(1,))
+  return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, z, dtype, E), donate_argnums=(1,))
 
 
 def fold_kernels():

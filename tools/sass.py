@@ -19,11 +19,10 @@ import os
 import re
 import subprocess
 
-import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from m2v_jax import config as config_lib, dispatch, params as params_lib, state as state_lib
+from m2v_jax import config as config_lib, dispatch
 from m2v_jax.kernels import backend
 
 FLAGS = flags.FLAGS
@@ -40,15 +39,12 @@ def _define_flags():
 
 def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16):
   """`backend.triton_kernels` of one verify / prefill call of `cfg`."""
-  sds = jax.ShapeDtypeStruct
-  args = (params_lib.random_params(cfg), state_lib.state_shapes(cfg, B, dtype),
-          sds((B, R, cfg.conv_dim), dtype), sds((B, R, cfg.nheads), dtype), sds((B,), jnp.int32))
+  def f(p, s, x, d, r, z, ci, nr):
+    return dispatch.call(p, s, x, d, r, z, ci, nr, cfg=cfg, backend=config_lib.PALLAS,
+                         chunked=chunked)
 
-  def f(p, s, x, d, r):
-    return dispatch.call(p, s, x, d, r, None, None, None, cfg=cfg, backend=config_lib.PALLAS,
-                     chunked=chunked)
-
-  return backend.triton_kernels(f, *args, donate_argnums=(1,))
+  return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, dtype=dtype),
+                                donate_argnums=(1,))
 
 
 def compile_sm90(ttir_path, num_warps, num_stages):

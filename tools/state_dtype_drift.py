@@ -42,7 +42,7 @@ R = 8
 def oracle_call(cfg, p, st, win, xbc, dt):
   """Rows 0..R-1 from (st [B, H, P, N], win [B, K-1, C]) in float64: (y [B, R, H*P],
   states [B, R, H, P, N], windows [B, R, K-1, C])."""
-  H, P, N, G, K = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups, cfg.d_conv
+  H, P, N, G = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups
   HP, GN = cfg.d_inner, G * N
   w = np.asarray(p.conv_weight, np.float64)                       # [C, K]
   cb, dtb = np.asarray(p.conv_bias, np.float64), np.asarray(p.dt_bias, np.float64)
