@@ -10,6 +10,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from m2v_jax import config as config_lib
@@ -32,17 +33,49 @@ MIN_CHUNKED_ROWS_BF16 = 24
 
 
 def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: bool | None,
-                dtype=jnp.float32):
-  """Whether a prefill of R rows runs its body through the chunked scan.
-
-  `chunked=None` chooses it on the kernel backends for bodies of at least `MIN_CHUNKED_ROWS`
-  (`MIN_CHUNKED_ROWS_BF16` with bf16 products) on a supported geometry (interpret: any).
-  """
+                dtype=jnp.float32, ragged: bool = False) -> bool:
+  """Whether a prefill of R rows runs its body through the chunked scan: `chunked` if given,
+  else on the kernel backends for bodies of at least `MIN_CHUNKED_ROWS`
+  (`MIN_CHUNKED_ROWS_BF16` with bf16 products). A ragged prefill (`num_rows` with R >
+  capacity) must take it. Raises ValueError where the path asked for cannot run."""
+  runs = chunk_scan.supported(cfg) or backend == config_lib.INTERPRET
+  if chunked and not runs and backend == config_lib.PALLAS:
+    raise ValueError(f"chunked: the chunked scan needs a power-of-two divisor of headdim "
+                     f">= 16 and dstate >= 16, got {cfg.headdim} and {cfg.dstate}")
+  if ragged and backend != config_lib.REFERENCE:
+    if chunked is False or not runs:
+      raise ValueError(f"num_rows: a prefill of R={R} > capacity={cfg.capacity} rows with "
+                       f"num_rows runs on the chunked path, which "
+                       + ("chunked=False turns off" if chunked is False else
+                          f"this geometry (headdim {cfg.headdim}, dstate {cfg.dstate}) "
+                          f"does not take"))
+    chunked = True
   if chunked is None:
     bf16 = cfg.prefill_precision_for(dtype) == config_lib.BF16
-    chunked = (R - cfg.capacity >= (MIN_CHUNKED_ROWS_BF16 if bf16 else MIN_CHUNKED_ROWS)
-               and (chunk_scan.supported(cfg) or backend == config_lib.INTERPRET))
+    chunked = runs and R - cfg.capacity >= (MIN_CHUNKED_ROWS_BF16 if bf16 else MIN_CHUNKED_ROWS)
   return bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
+
+
+def ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
+  """A ragged prefill on the reference backend: one call per distinct length (host
+  `num_rows` only; ValueError otherwise)."""
+  if not isinstance(num_rows, (np.ndarray, list, tuple)):
+    raise ValueError("num_rows: a ragged prefill (R > capacity) on the reference backend "
+                     "needs host values (it runs one call per distinct length)")
+  num_rows = np.asarray(num_rows)
+  B, R, _ = xbc.shape
+  ci, _ = status.index_defaults(B, R, cache_indices, None)
+  row = jnp.asarray(state_row, jnp.int32)
+  _, valid, _ = status.entry_status(cfg, state, row, R, ci, jnp.asarray(num_rows))
+  y = jnp.zeros((B, R, cfg.d_inner), xbc.dtype)
+  for n in np.unique(num_rows):
+    member = jnp.asarray(num_rows == n)
+    y_n, state = call(params, state, xbc[:, :n], dt[:, :n], row,
+                      None if z is None else z[:, :n], jnp.where(member, ci, -1), None,
+                      cfg=cfg, backend=config_lib.REFERENCE, chunked=False)
+    y_n = jnp.pad(y_n, [(0, 0), (0, R - n), (0, 0)])
+    y = jnp.where(member[:, None, None], y_n, y)
+  return jnp.where(valid[:, None, None] | (ci < 0)[:, None, None], y, jnp.nan), state
 
 
 def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None):

@@ -79,45 +79,14 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   checks.backend(cfg, backend)
   R = xbc.shape[1]
   ragged = num_rows is not None and R > cfg.capacity
-  if chunked and not dispatch.chunk_scan.supported(cfg) and backend == config_lib.PALLAS:
-    raise ValueError(f"chunked: the chunked scan needs a power-of-two divisor of headdim "
-                     f">= 16 and dstate >= 16, got {cfg.headdim} and {cfg.dstate}")
   if ragged and backend == config_lib.REFERENCE:
-    return _ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
-  if ragged:
-    if chunked is False or not (dispatch.chunk_scan.supported(cfg) or
-                                backend == config_lib.INTERPRET):
-      raise ValueError(f"num_rows: a prefill of R={R} > capacity={cfg.capacity} rows with "
-                       f"num_rows runs on the chunked path, which "
-                       + ("chunked=False turns off" if chunked is False else
-                          f"this geometry (headdim {cfg.headdim}, dstate {cfg.dstate}) "
-                          f"does not take"))
-    chunked = True
-  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype)
+    return dispatch.ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices,
+                                     num_rows)
+  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged)
   return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
                        cache_indices, num_rows, cfg=cfg, backend=backend, chunked=chunked,
                        chunk_tiles=chunk_tiles if chunked else None,
                        entries_checked=checks.entries_checked(cache_indices))
-
-
-def _ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
-  """Ragged prefill on the reference backend: one call per distinct length."""
-  if not checks.is_host(num_rows):
-    raise ValueError("num_rows: a ragged prefill (R > capacity) on the reference backend "
-                     "needs host values (it runs one call per distinct length)")
-  B, R, _ = xbc.shape
-  ci, _ = status.index_defaults(B, R, cache_indices, None)
-  row = jnp.asarray(state_row, jnp.int32)
-  _, valid, _ = status.entry_status(cfg, state, row, R, ci, jnp.asarray(num_rows))
-  y = jnp.zeros((B, R, cfg.d_inner), xbc.dtype)
-  for n in np.unique(num_rows):
-    member = jnp.asarray(num_rows == n)
-    y_n, state = dispatch.call(params, state, xbc[:, :n], dt[:, :n], row,
-                               None if z is None else z[:, :n], jnp.where(member, ci, -1),
-                               None, cfg=cfg, backend=config_lib.REFERENCE, chunked=False)
-    y_n = jnp.pad(y_n, [(0, 0), (0, R - n), (0, 0)])
-    y = jnp.where(member[:, None, None], y_n, y)
-  return jnp.where(valid[:, None, None] | (ci < 0)[:, None, None], y, jnp.nan), state
 
 
 def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row, *,
