@@ -153,11 +153,11 @@ def _for_heads(nh: int, head):
     lax.fori_loop(0, nh, head, 0)
 
 
-def _chunk_states_kernel(*, go_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref,
+def _chunk_states_kernel(*, valid_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref,
                          plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, chunks, B).
 
-    go_ref, rb_ref [B] int32: run flag, body rows; xr_ref [B, Rp, C]; dtr_ref [B, Rp, H] f32
+    valid_ref, rb_ref [B] int32: 1 if the sequence runs, body rows; xr_ref [B, Rp, C]; dtr_ref [B, Rp, H] f32
     s_ref   [B, chunks, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B
     dec_ref [B, chunks, H] f32         exp(acum_L)
   """
@@ -169,7 +169,7 @@ def _chunk_states_kernel(*, go_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, de
   g = h0 // cfg.heads_per_group
   rows = pl.ds(c * L, L)
 
-  @pl.when((go_ref[b] > 0) & (c * L < rb_ref[b]))
+  @pl.when((valid_ref[b] > 0) & (c * L < rb_ref[b]))
   def _run():
     bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N] activation dtype
 
@@ -188,7 +188,7 @@ def _chunk_states_kernel(*, go_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, de
     _for_heads(NH, head)
 
 
-def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm_ref,
+def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, rb_ref, dec_ref, s_ref, ssm_ref,
                        ssm_out_ref, st_ref, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, B): st = dec * st + s chunk by chunk, elementwise.
 
@@ -203,7 +203,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm
   e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
 
-  @pl.when(go_ref[b] > 0)
+  @pl.when(valid_ref[b] > 0)
   def _run():
     st = (ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]).astype(f32)
 
@@ -220,7 +220,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, go_ref, rb_ref, dec_ref, s_ref, ssm
       ssm_out_ref[e, slot_ref[b], h, ps, :] = st
 
 
-def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None,
+def _chunk_out_kernel(*, valid_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None,
                       alog_ref, d_ref, y_ref, plan: ChunkPlan):
   """y of every chunk, gated, grid (H / out_heads * P / local_block_p, chunks, B).
 
@@ -239,7 +239,7 @@ def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_r
 
   live = c * L < rb_ref[b]
 
-  @pl.when((go_ref[b] > 0) & live)
+  @pl.when((valid_ref[b] > 0) & live)
   def _run():
     cb = cb_ref[b, c, g, :, :]                                   # [L, L]
     cm = xr_ref[b, rows, pl.ds(HP + G * N + g * N, N)]           # [L, N] activation dtype
@@ -265,9 +265,9 @@ def _chunk_out_kernel(*, go_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_r
 
     _for_heads(NH, head)
 
-  @pl.when((go_ref[b] == 0) | jnp.logical_not(live))
+  @pl.when((valid_ref[b] == 0) | jnp.logical_not(live))
   def _fill():
-    value = jnp.where(go_ref[b] > 0, 0.0, fill_ref[b])
+    value = jnp.where(valid_ref[b] > 0, 0.0, fill_ref[b])
     tile = jnp.broadcast_to(value, (L, BP)).astype(y_ref.dtype)
     for j in range(NH):
       y_ref[b, rows, pl.ds((h0 + j) * P + pid_p * BP, BP)] = tile
@@ -284,12 +284,13 @@ def group_cb(cfg, xr, chunk: int, precision: str, interpret: bool):
                         interpret=interpret)
 
 
-def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, rb, fill, xr, dtr, z, A_log, D, ssm):
+def chunk_scan(plan: ChunkPlan, cache_indices, slot, valid, rb, fill, xr, dtr, z, A_log, D, ssm):
   """The chunked scan: `group_cb` and the three kernels.
 
   Args:
     plan: the launch.
-    cache_indices, slot, go, rb: [B] int32 entry, starting slot (snapshot), run flag, body rows.
+    cache_indices, slot, valid, rb: [B] int32 entry, starting slot (snapshot), 1 if the
+      sequence runs, body rows.
     fill: [B] float32 y of a sequence not run (NaN: rejected, 0: padding).
     xr, dtr: [B, Rp, C] post-conv rows, [B, Rp, H] float32 dt, both zero from rb on.
     z: optional [B, >= Rp, H*P] gate; A_log, D: [H] float32.
@@ -307,14 +308,14 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, rb, fill, xr, dtr, z, A
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   own = launch(
       _chunk_states_kernel,
-      inputs=dict(go_ref=go, rb_ref=rb, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+      inputs=dict(valid_ref=valid, rb_ref=rb, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
       outputs=dict(s_ref=sds((plan.B, nc, H, P, N), f32), dec_ref=sds((plan.B, nc, H), f32)),
       grid=(H // plan.state_heads * tiles_p, nc, plan.B),
       num_warps=t.state_warps, num_stages=t.state_stages,
       name=f"m2v_chunk_states_{cfg.replay_mode}")
   passed = launch(
       _chunk_pass_kernel,
-      inputs=dict(idx_ref=cache_indices, slot_ref=slot, go_ref=go, rb_ref=rb,
+      inputs=dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, rb_ref=rb,
                   dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
       outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                    st_ref=sds((plan.B, nc, H, P, N), f32)),
@@ -324,7 +325,7 @@ def chunk_scan(plan: ChunkPlan, cache_indices, slot, go, rb, fill, xr, dtr, z, A
   cb = group_cb(cfg, xr, plan.chunk, plan.precision, plan.interpret)
   out = launch(
       _chunk_out_kernel,
-      inputs=dict(go_ref=go, rb_ref=rb, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
+      inputs=dict(valid_ref=valid, rb_ref=rb, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D),
       outputs=dict(y_ref=sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype)),
