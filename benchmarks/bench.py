@@ -155,7 +155,7 @@ class Case:
 
 
 def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None,
-              min_calls=16, args=(), rounds=None):
+              min_calls=None, args=(), rounds=None):
   """Builds a Case: `fn(state, *args, call=(round, bank)) -> (state, y)` is the op.
 
   One step runs the op over all `banks` state sets, `rounds` times (default: enough that a
@@ -167,7 +167,7 @@ def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None
   states = tuple(make_state() for _ in range(banks))
   if warm_fn is not None:
     states = tuple(warm_fn(s) for s in states)
-  rounds = rounds or -(-min_calls // banks)
+  rounds = rounds or -(-(min_calls or MIN_CALLS[0]) // banks)
 
   def many(ss, a):
     ys = []
@@ -314,7 +314,7 @@ def dense_ssd_fn(cfg, chunk=64, precision=None):
 
 
 def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
-                tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=16,
+                tiles=None, name=None, params=None, chunked=False, dense=False, min_calls=None,
                 pending=True, chunk_tiles=None, window_state=None):
   """A Case for a steady-state call. Compact states are warmed so that `capacity` rows are
   pending and `state_row` replays state_row + 1 of them (`pending=False` clears the window
@@ -364,6 +364,7 @@ GEOMETRY = {"bolt": config_lib.BOLT,
             "small": config_lib.Mamba2Config(nheads=8, headdim=16, dstate=32, ngroups=2)}
 _geom = config_lib.BOLT
 _backend_name = config_lib.PALLAS
+MIN_CALLS = [16]          # calls per timed dispatch (--min_calls)
 
 
 def suite_main(bw, banks, blocks, dtype):
@@ -432,12 +433,12 @@ def acceptance_table(rng, rounds, banks, B, R, vary_rows=False, p=ACCEPT_PROB):
 STATE_NAMES = {"float32": "", "bfloat16": " state=bf16", "float16": " state=f16"}
 
 
-def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=16,
+def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=None,
               state_dtype=jnp.float32):
   """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
   `acceptance_table`, a new draw for every call of a step, on a pool whose SSM state is
   stored in `state_dtype`; nbytes is the mean compulsory bytes of its calls."""
-  rounds = -(-min_calls // banks)
+  rounds = -(-(min_calls or MIN_CALLS[0]) // banks)
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
   ci = jnp.arange(B, dtype=jnp.int32)
@@ -784,6 +785,7 @@ flags.DEFINE_list("suites", ["main", "batch", "loop", "prefill", "breakdown"],
                   "breakdown")
 flags.DEFINE_string("out", None, "write the results as JSON here")
 flags.DEFINE_integer("banks", 8, "rotating state sets per case")
+flags.DEFINE_integer("min_calls", 16, "calls per timed dispatch (at least; fewer compile faster)")
 flags.DEFINE_integer("blocks", 15, "timed blocks per case")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
 flags.DEFINE_enum("geometry", "bolt", list(GEOMETRY), "layer geometry (small: a CPU smoke run)")
@@ -816,6 +818,7 @@ flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 def main(argv):
   del argv
   global _geom, _backend_name
+  MIN_CALLS[0] = FLAGS.min_calls
   logging.set_verbosity(logging.WARNING)     # JAX's INFO lines (backends it did not find)
   try:
     _backend_name = config_lib.resolve_backend(FLAGS.backend)
