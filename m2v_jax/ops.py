@@ -23,9 +23,10 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
 
   Snapshot mode starts from slot `state_row[b]` and writes the state after row r to slot r;
   compact mode folds pending rows 0..state_row[b] into the base and keeps the R rows pending.
-  Both modes give bitwise the same y and states (docs/semantics.md). Math: Mamba-2 (Dao & Gu,
-  "Transformers are SSMs", 2024); y in the SSD dual form, equal to one-row calls' to float32
-  rounding.
+  Both modes give bitwise the same y and states on one backend with S == W (one exception,
+  docs/semantics.md: compiled, 16-bit state with float32 activations). Math: Mamba-2 (Dao &
+  Gu, "Transformers are SSMs", 2024); y in the SSD dual form, equal to one-row calls' to
+  float32 rounding (with a float32 state).
 
   Args:
     cfg: geometry and mode; params: `LayerParams` (float32).
@@ -65,7 +66,9 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   `cfg.prefill_precision`; the last capacity rows through the verify kernels. With `num_rows`
   each sequence hands off as a prefill of its own n rows (ragged).
 
-  Args, returns: as `verify`, plus `chunked` and `chunk_tiles` (overrides `chunk_tile_config`).
+  Args, returns: as `verify`, plus `chunked` (ignored by the reference backend) and
+  `chunk_tiles` (overrides `chunk_tile_config`). The chunked path's scratch grows with B x R
+  (about 0.37 GB per sequence at Bolt geometry, R=4096, bfloat16).
 
   Raises:
     ValueError / TypeError: as `verify` (any R); `chunked=True` or a ragged R > capacity on a
@@ -80,6 +83,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   R = xbc.shape[1]
   ragged = num_rows is not None and R > cfg.capacity
   if ragged and backend == config_lib.REFERENCE:
+    if not checks.entries_checked(cache_indices):
+      cache_indices = status.reject_shared(cache_indices, state.ssm.shape[0])
     return dispatch.ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices,
                                      num_rows)
   chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged)
@@ -138,10 +143,14 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
 
 def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indices=None,
                       num_rows=None):
-  """[B] bool on the device: the sequences a call of R rows would reject (padding excluded)."""
+  """[B] bool on the device: the sequences a call of R rows would reject (padding excluded),
+  shared entries included."""
   _, valid, pad = status.entry_status(cfg, state, jnp.asarray(state_row, jnp.int32), R,
                                       cache_indices, num_rows)
-  return ~valid & ~pad
+  bad = ~valid & ~pad
+  if cache_indices is None:
+    return bad
+  return bad | status.shared_entries(jnp.asarray(cache_indices, jnp.int32))
 
 
 def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt,
@@ -154,15 +163,16 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   bad = invalid_sequences(cfg, state, jnp.asarray(state_row, jnp.int32), xbc.shape[1],
                           cache_indices=kwargs.get("cache_indices"),
                           num_rows=kwargs.get("num_rows"))
+  ci, _ = status.index_defaults(bad.shape[0], 0, kwargs.get("cache_indices"), None)
+  repeated = status.shared_entries(ci)
+  bad = bad & ~repeated                     # reported by the second check
   first = jnp.argmax(bad).astype(jnp.int32)
   row = jnp.asarray(state_row, jnp.int32)[first]
-  ci, _ = status.index_defaults(bad.shape[0], 0, kwargs.get("cache_indices"), None)
   if cfg.compact:
     entry = jnp.clip(ci[first], 0, state.ssm.shape[0] - 1)
     pend = state.pending[entry] - status.last_call_start(state.starts[entry])
   else:
     pend = jnp.int32(cfg.capacity)
-  repeated = status.shared_entries(ci)
   dup = jnp.argmax(repeated).astype(jnp.int32)
 
   def check(b, r, p, d, e):
@@ -170,7 +180,7 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
                    "0 <= state_row < {p} (or exactly 0 with nothing pending), or its "
                    "cache entry / num_rows is out of range", s=b, r=r, p=p)
     checkify.check(d < 0, "cache_indices: sequence {d} addresses pool entry {e}, which "
-                   "another sequence of the call addresses too (both rejected)", d=d, e=e)
+                   "another sequence of the call addresses too (all of them rejected)", d=d, e=e)
 
   err, _ = checkify.checkify(check)(jnp.where(jnp.any(bad), first, -1), row, pend,
                                     jnp.where(jnp.any(repeated), dup, -1), ci[dup])

@@ -88,6 +88,29 @@ def test_reset_entries_checks_shapes():
     m.reset_entries(state, [2], ssm=jnp.zeros((1, 4, 8, 8)))
 
 
+def check_shared_entry_in_a_ragged_prefill(backend, mode):
+  """A ragged prefill (R > capacity, num_rows) with a shared entry in a device array: both
+  sequences NaN, the pool as it was, invalid_sequences marks them."""
+  cfg = small_cfg(mode=mode, headdim=16)
+  p = m.random_params(cfg, 7)
+  state = m.init_state(cfg, 3, jnp.float32)
+  before = copy_state(state)
+  xbc, dt = inputs(cfg, 2, 12, rng=np.random.default_rng(7))
+  ci = jnp.asarray([1, 1], jnp.int32)
+  bad = m.invalid_sequences(cfg, state, jnp.zeros(2, jnp.int32), 12, cache_indices=ci)
+  assert np.asarray(bad).tolist() == [True, True]
+  y, state = m.prefill(cfg, p, state, xbc, dt, [0, 0], cache_indices=ci, num_rows=[12, 10],
+                       backend=backend)
+  assert np.isnan(np.asarray(y)).all()
+  for name in type(state)._fields:
+    assert_bitwise(getattr(state, name), getattr(before, name), name)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_shared_entry_in_a_ragged_reference_prefill(mode):
+  check_shared_entry_in_a_ragged_prefill("reference", mode)
+
+
 class PoolChecks:
   """Pools, padding, reuse, NaN isolation (compiled and interpret variants below)."""
 
@@ -156,9 +179,13 @@ class PoolChecks:
     alone, _ = m.verify(cfg, p, copy_state(before), x2[1:2], d2[1:2], [2],
                         cache_indices=[0], backend=self.backend)
     assert_bitwise(y[1:2], alone, "the other sequence")
-    for name in ("ssm", "conv"):
+    for name in type(state)._fields:
       for e in (1, 3):
         assert_bitwise(getattr(state, name)[e], getattr(before, name)[e], f"{name}[{e}]")
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_shared_entry_in_a_ragged_prefill(self, mode):
+    check_shared_entry_in_a_ragged_prefill(self.backend, mode)
 
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])
   def test_committed_state_of_padding_is_zero(self, mode):

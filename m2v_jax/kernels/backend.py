@@ -170,7 +170,10 @@ class Products:
 
 
 def _bf16_parts(v):
-  """Three bfloat16 parts of float32 v, smallest first, summing exactly to v."""
+  """Three bfloat16 parts of float32 v, smallest first, each the remainder of v less the
+  larger ones, rounded to nearest: together they hold all of v's 24 significant bits for
+  1e-31 <= |v| < 3.39e38 (below, the smallest part loses bits to bf16's subnormals; above,
+  the largest rounds to inf)."""
   hi = v.astype(jnp.bfloat16)
   r1 = v - hi.astype(jnp.float32)
   mid = r1.astype(jnp.bfloat16)

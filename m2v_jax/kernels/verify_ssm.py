@@ -215,7 +215,7 @@ def ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows):
                    y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
       aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
                    starts_ref="starts_out_ref", origin_ref="origin_out_ref"),
-      grid=(P // plan.block_p, H, plan.B),     # heads vary fastest: one sequence at a time
+      grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
       name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
