@@ -167,7 +167,7 @@ def make_case(name, fn, make_state, banks, nbytes=None, flops=None, warm_fn=None
   states = tuple(make_state() for _ in range(banks))
   if warm_fn is not None:
     states = tuple(warm_fn(s) for s in states)
-  rounds = rounds or -(-(min_calls or MIN_CALLS[0]) // banks)
+  rounds = rounds or -(-(min_calls or _min_calls) // banks)
 
   def many(ss, a):
     ys = []
@@ -364,7 +364,7 @@ GEOMETRY = {"bolt": config_lib.BOLT,
             "small": config_lib.Mamba2Config(nheads=8, headdim=16, dstate=32, ngroups=2)}
 _geom = config_lib.BOLT
 _backend_name = config_lib.PALLAS
-MIN_CALLS = [16]          # calls per timed dispatch (--min_calls)
+_min_calls = 16
 
 
 def suite_main(bw, banks, blocks, dtype):
@@ -438,7 +438,7 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
   `acceptance_table`, a new draw for every call of a step, on a pool whose SSM state is
   stored in `state_dtype`; nbytes is the mean compulsory bytes of its calls."""
-  rounds = -(-(min_calls or MIN_CALLS[0]) // banks)
+  rounds = -(-(min_calls or _min_calls) // banks)
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
   ci = jnp.arange(B, dtype=jnp.int32)
@@ -817,8 +817,8 @@ flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 
 def main(argv):
   del argv
-  global _geom, _backend_name
-  MIN_CALLS[0] = FLAGS.min_calls
+  global _geom, _backend_name, _min_calls
+  _min_calls = FLAGS.min_calls
   logging.set_verbosity(logging.WARNING)     # JAX's INFO lines (backends it did not find)
   try:
     _backend_name = config_lib.resolve_backend(FLAGS.backend)

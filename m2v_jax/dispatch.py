@@ -56,14 +56,24 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   return bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
 
 
-def ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
+def _unshared(cache_indices, E: int, entries_checked: bool):
+  """cache_indices with every shared entry rejected (`status.reject_shared`), unless the host
+  has ruled them out."""
+  if entries_checked or cache_indices is None or cache_indices.shape[0] < 2:
+    return cache_indices
+  return status.reject_shared(jnp.asarray(cache_indices, jnp.int32), E)
+
+
+def ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows,
+                     entries_checked=True):
   """A ragged prefill on the reference backend: one call per distinct length (host
-  `num_rows` only; ValueError otherwise)."""
+  `num_rows` only; ValueError otherwise); shared entries as in `call`."""
   if not isinstance(num_rows, (np.ndarray, list, tuple)):
     raise ValueError("num_rows: a ragged prefill (R > capacity) on the reference backend "
                      "needs host values (it runs one call per distinct length)")
   num_rows = np.asarray(num_rows)
   B, R, _ = xbc.shape
+  cache_indices = _unshared(cache_indices, state.ssm.shape[0], entries_checked)
   ci, _ = status.index_defaults(B, R, cache_indices, None)
   row = jnp.asarray(state_row, jnp.int32)
   _, valid, _ = status.entry_status(cfg, state, row, R, ci, jnp.asarray(num_rows))
@@ -207,9 +217,7 @@ def call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, 
   overrides its tiles; `entries_checked=False` rejects shared entries here.
   """
   B, R, _ = xbc.shape
-  if not entries_checked and cache_indices is not None and B > 1:
-    cache_indices = status.reject_shared(jnp.asarray(cache_indices, jnp.int32),
-                                         state.ssm.shape[0])
+  cache_indices = _unshared(cache_indices, state.ssm.shape[0], entries_checked)
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)
   ragged_rows = num_rows

@@ -83,10 +83,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   R = xbc.shape[1]
   ragged = num_rows is not None and R > cfg.capacity
   if ragged and backend == config_lib.REFERENCE:
-    if not checks.entries_checked(cache_indices):
-      cache_indices = status.reject_shared(cache_indices, state.ssm.shape[0])
     return dispatch.ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices,
-                                     num_rows)
+                                     num_rows, checks.entries_checked(cache_indices))
   chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged)
   return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
                        cache_indices, num_rows, cfg=cfg, backend=backend, chunked=chunked,

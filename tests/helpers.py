@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,9 @@ import pytest
 
 import m2v_jax as m
 
+
+# The Hugging Face Mamba2ForCausalLM fixture (tools/make_hf_fixtures.py).
+HF_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
 
 # Pool entries and batch of the pool drivers.
 E, B = 16, 5

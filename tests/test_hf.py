@@ -21,8 +21,9 @@ import pytest
 import m2v_jax as m
 from m2v_jax import hf
 from m2v_jax import layer as layer_lib
+from tests.helpers import HF_FIXTURE
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
+FIXTURE = HF_FIXTURE
 GOLDEN = np.load(os.path.join(FIXTURE, "golden.npz"))
 MODES = ["snapshot", "compact"]
 

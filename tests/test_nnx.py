@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from tests.helpers import assert_bitwise, copy_state, small_cfg
-from tests.test_hf import FIXTURE
+from tests.helpers import HF_FIXTURE, assert_bitwise, copy_state, small_cfg
 
 nnx = pytest.importorskip("flax.nnx", reason="the flax extra is not installed")
 from m2v_jax import nnx as m2v_nnx  # noqa: E402
@@ -38,7 +37,7 @@ def test_module_matches_the_functional_layer(mode):
 def test_module_from_a_hugging_face_checkpoint():
   """A layer of `hf.load` as a module: its parameters are the checkpoint's, its output the
   functional layer's; shapes of another config are rejected; params or rngs needed."""
-  cfg, p = m.hf.load(FIXTURE)
+  cfg, p = m.hf.load(HF_FIXTURE)
   layer = p.layers[0].mixer
   mod = m2v_nnx.Mamba2Mixer(cfg.mixer, layer)
   import jax
