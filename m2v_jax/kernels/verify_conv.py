@@ -80,7 +80,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         win.append(jnp.where(q < K1, old, raw))
     else:
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
-    backend.barrier(plan.interpret)        # the window is read before it is overwritten
+    # All loads before the barrier (one round trip); the window is read before it is overwritten.
+    raws = [xbc_ref[b, i, cs] for i in range(R)] if R and R <= cap else None
+    backend.barrier(plan.interpret)
 
     def store_conv(window, *slot):
       for j in range(K1):
@@ -111,8 +113,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         kept(i, lambda: store_conv(nxt, i - body))
       return nxt
 
-    if R <= cap:
-      raws = [xbc_ref[b, i, cs] for i in range(R)]      # all loads before the stores
+    if raws is not None:
       for i in range(R):
         win = new_row(i, raws[i], win)
     else:
