@@ -10,16 +10,35 @@ GPU and rounds every other product and sum on its own; the CPU suite runs XLA wi
 `--xla_cpu_max_isa=AVX`, which keeps XLA:CPU from fusing anything, so interpret mode and the
 reference round as written (without fused multiply-adds). This must be set before JAX
 initializes its CPU backend. Four host devices let the sharding tests run on CPU.
+
+The suite's time is compilation (interpret-mode kernels are large XLA programs that run in
+milliseconds): without a CUDA plugin, XLA compiles without LLVM optimization; the workers of
+one run share a persistent compilation cache.
 """
 
+import importlib.util
 import os
+import shutil
+import tempfile
 
-for _flag in ("--xla_cpu_max_isa=AVX", "--xla_force_host_platform_device_count=4"):
+_CUDA = any(importlib.util.find_spec(f"jax_cuda{v}_plugin") for v in (12, 13))
+_FLAGS = ["--xla_cpu_max_isa=AVX", "--xla_force_host_platform_device_count=4"]
+if not _CUDA:
+  _FLAGS.append("--xla_backend_optimization_level=0")
+for _flag in _FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# Set by the first process (pytest-xdist's controller), inherited by its workers.
+_OWN_CACHE = "M2V_TEST_JAX_CACHE" not in os.environ
+if _OWN_CACHE:
+  os.environ["M2V_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="m2v_jax_test_cache_")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", os.environ["M2V_TEST_JAX_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 ON_GPU = jax.default_backend() == "gpu"
 
@@ -41,3 +60,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"{len(skipped)} GPU tests skipped: JAX sees no GPU here; on a GPU machine "
         f"`pytest -m gpu` runs them (BUILD.md, GPU checks)")
+
+
+def pytest_unconfigure(config):
+  if _OWN_CACHE:
+    shutil.rmtree(os.environ["M2V_TEST_JAX_CACHE"], ignore_errors=True)
