@@ -38,6 +38,7 @@ from m2v_jax import config as config_lib
 from m2v_jax import dispatch
 from m2v_jax import params as params_lib
 from m2v_jax import reference
+from m2v_jax import status
 from m2v_jax import reference_ssd
 from m2v_jax import state as state_lib
 from m2v_jax.kernels import chunk_scan
@@ -274,16 +275,16 @@ def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_ti
 
   def fn(state, params, xbc, dt, call=None):
     del call
+    args = status.call_args(xbc, dt, rows, None, ci, nr)
     if backend == config_lib.REFERENCE:
       call = (reference.snapshot_call if cfg.replay_mode == config_lib.SNAPSHOT
               else reference.compact_call)
-      y, state = call(cfg, params, state, xbc, dt, rows, None, ci, nr)
+      y, state = call(cfg, params, state, args)
     elif chunked:
-      y, state = dispatch.call(params, state, xbc, dt, rows, None, ci, None, cfg=cfg,
-                           backend=backend, chunked=True, chunk_tiles=chunk_tiles)
+      y, state = dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=True,
+                               ragged=False, chunk_tiles=chunk_tiles)
     else:
-      y, state = dispatch.kernel_call(cfg, backend, params, state, xbc, dt, rows, None, ci, nr,
-                                  tiles)
+      y, state = dispatch.kernel_call(cfg, backend, params, state, args, tiles)
     return state, y
 
   return fn
@@ -445,8 +446,9 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
 
   def fn(state, params, xbc, dt, rows, nrows, call):
     r, j = call
-    y, state = dispatch.call(params, state, xbc, dt, rows[r, j], None, ci, nrows[r, j],
-                             cfg=cfg, backend=_backend_name, chunked=False)
+    y, state = dispatch.call(params, state,
+                             status.call_args(xbc, dt, rows[r, j], None, ci, nrows[r, j]),
+                             cfg=cfg, backend=_backend_name, chunked=False, ragged=False)
     return state, y
 
   warm = None
@@ -614,14 +616,15 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   rows = jnp.zeros((1,), jnp.int32)
   rel = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)))
                            / jnp.max(jnp.abs(b.astype(jnp.float32))))
-  y_want, want = dispatch.call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
-                           backend=_backend_name, chunked=False)
+  args = status.call_args(xbc, dt, rows)
+  y_want, want = dispatch.call(params, copy(start), args, cfg=snap, backend=_backend_name,
+                               chunked=False, ragged=False)
   cases, errs = [], {}
   for tiles in variants:
     name = f"chunked B=1 R={R} {_tiles_text(tiles)}"
     try:
-      y, got = dispatch.call(params, copy(start), xbc, dt, rows, None, None, None, cfg=snap,
-                         backend=_backend_name, chunked=True, chunk_tiles=tiles)
+      y, got = dispatch.call(params, copy(start), args, cfg=snap, backend=_backend_name,
+                             chunked=True, ragged=False, chunk_tiles=tiles)
       errs[name] = rel(got.ssm[0, -1], want.ssm[0, -1]), rel(y, y_want)
       c, _ = verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,
                          chunk_tiles=tiles, name=name)
@@ -719,17 +722,18 @@ def suite_ragged(bw, banks, blocks, dtype, lengths=RAGGED_LENGTHS):
 
   def ragged(state, params, xbc, dt, call=None):
     del call
-    y, state = dispatch.call(params, state, xbc, dt, zeros, None, jnp.arange(B, dtype=jnp.int32),
-                             n, cfg=cfg, backend=_backend_name, chunked=True)
+    y, state = dispatch.call(params, state, status.call_args(xbc, dt, zeros, None, None, n),
+                             cfg=cfg, backend=_backend_name, chunked=True, ragged=True)
     return state, y
 
   def one_by_one(state, params, xbc, dt, call=None):
     del call
     ys = []
     for b, k in enumerate(lengths):
-      y, state = dispatch.call(params, state, xbc[b:b + 1, :k], dt[b:b + 1, :k], zeros[:1],
-                               None, jnp.full((1,), b, jnp.int32), None, cfg=cfg,
-                               backend=_backend_name, chunked=True)
+      args = status.call_args(xbc[b:b + 1, :k], dt[b:b + 1, :k], zeros[:1], None,
+                              jnp.full((1,), b, jnp.int32))
+      y, state = dispatch.call(params, state, args, cfg=cfg, backend=_backend_name,
+                               chunked=True, ragged=False)
       ys.append(y)
     return state, ys
 

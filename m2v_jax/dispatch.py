@@ -1,7 +1,8 @@
 """The backend and path of every op call: reference, verify kernels, or chunked prefill.
 
-`call` and `committed` are the jitted entries of the ops; benchmarks, tools and tests call the
-functions here to run one path or tile variant (docs/design.md, "A call").
+`call` and `committed` are the jitted entries of the ops, a call's arrays one
+`status.CallArgs`; benchmarks, tools and tests call the functions here to run one path or tile
+variant (docs/design.md, "A call").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels import verify as verify_kernels
 from m2v_jax import state as state_lib
 from m2v_jax.state import CompactState, SnapshotState
+from m2v_jax.status import CallArgs
 
 f32 = jnp.float32
 
@@ -56,33 +58,32 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   return bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
 
 
-def _unshared(cache_indices, E: int, entries_checked: bool):
-  """cache_indices with every shared entry rejected (`status.reject_shared`), unless the host
-  has ruled them out."""
-  if entries_checked or cache_indices is None or cache_indices.shape[0] < 2:
-    return cache_indices
-  return status.reject_shared(jnp.asarray(cache_indices, jnp.int32), E)
+def _unshared(args: CallArgs, E: int, entries_checked: bool) -> CallArgs:
+  """args with every shared entry rejected (`status.reject_shared`), unless the host has
+  ruled them out."""
+  if entries_checked or args.cache_indices.shape[0] < 2:
+    return args
+  return args._replace(cache_indices=status.reject_shared(args.cache_indices, E))
 
 
-def ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows,
-                     entries_checked=True):
-  """A ragged prefill on the reference backend: one call per distinct length (host
-  `num_rows` only; ValueError otherwise); shared entries as in `call`."""
-  if not isinstance(num_rows, (np.ndarray, list, tuple)):
+def ragged_reference(cfg, params, state, args: CallArgs, host_rows, entries_checked=True):
+  """A ragged prefill on the reference backend: one call per distinct length of `host_rows`,
+  `args.num_rows` as host values (ValueError for device values); shared entries as in `call`."""
+  if not isinstance(host_rows, (np.ndarray, list, tuple)):
     raise ValueError("num_rows: a ragged prefill (R > capacity) on the reference backend "
                      "needs host values (it runs one call per distinct length)")
-  num_rows = np.asarray(num_rows)
-  B, R, _ = xbc.shape
-  cache_indices = _unshared(cache_indices, state.ssm.shape[0], entries_checked)
-  ci, _ = status.index_defaults(B, R, cache_indices, None)
-  row = jnp.asarray(state_row, jnp.int32)
-  _, valid, _ = status.entry_status(cfg, state, row, R, ci, jnp.asarray(num_rows))
-  y = jnp.zeros((B, R, cfg.d_inner), xbc.dtype)
-  for n in np.unique(num_rows):
-    member = jnp.asarray(num_rows == n)
-    y_n, state = call(params, state, xbc[:, :n], dt[:, :n], row,
-                      None if z is None else z[:, :n], jnp.where(member, ci, -1), None,
-                      cfg=cfg, backend=config_lib.REFERENCE, chunked=False)
+  host_rows = np.asarray(host_rows)
+  B, R, _ = args.xbc.shape
+  args = _unshared(args, state.ssm.shape[0], entries_checked)
+  ci, z = args.cache_indices, args.z
+  _, valid, _ = status.entry_status(cfg, state, R, args)
+  y = jnp.zeros((B, R, cfg.d_inner), args.xbc.dtype)
+  for n in np.unique(host_rows):
+    member = jnp.asarray(host_rows == n)
+    rows_n = status.call_args(args.xbc[:, :n], args.dt[:, :n], args.state_row,
+                              None if z is None else z[:, :n], jnp.where(member, ci, -1))
+    y_n, state = call(params, state, rows_n, cfg=cfg, backend=config_lib.REFERENCE,
+                      chunked=False, ragged=False)
     y_n = jnp.pad(y_n, [(0, 0), (0, R - n), (0, 0)])
     y = jnp.where(member[:, None, None], y_n, y)
   return jnp.where(valid[:, None, None] | (ci < 0)[:, None, None], y, jnp.nan), state
@@ -96,25 +97,23 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None):
       interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype))
 
 
-def kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices, num_rows,
-                tiles=None):
+def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None):
   """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state).
 
-  Arguments as `m2v_jax.verify` after checking (cache_indices, num_rows [B] int32 arrays);
   `tiles` overrides the tile table.
   """
-  B, R, _ = xbc.shape
-  p = plan(cfg, backend, state, R, B=B, y_dtype=xbc.dtype, has_z=z is not None, tiles=tiles)
-  return verify_kernels.run(p, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
+  B, R, _ = args.xbc.shape
+  p = plan(cfg, backend, state, R, B=B, y_dtype=args.xbc.dtype, has_z=args.z is not None,
+           tiles=tiles)
+  return verify_kernels.run(p, params, state, args)
 
 
-def fold(cfg, backend, params, state: CompactState, state_row, cache_indices):
-  """Compact pre-pass on the kernels: folds window rows 0..state_row into the base."""
-  B = state_row.shape[0]
+def fold(cfg, backend, params, state: CompactState, args: CallArgs):
+  """Compact pre-pass on the kernels: folds window rows 0..state_row into the base; `args`
+  of a fold (R = 0: no rows, num_rows 0)."""
+  B = args.state_row.shape[0]
   p = plan(cfg, backend, state, 0, B=B, y_dtype=state.win_xb.dtype)
-  zeros = jnp.zeros((B,), jnp.int32)
-  return verify_kernels.run(p, params, state, None, None, state_row, None, cache_indices,
-                            zeros)[1]
+  return verify_kernels.run(p, params, state, args)[1]
 
 
 def chunk_plan(cfg, backend, state, xbc, z, tiles=None) -> chunk_scan.ChunkPlan:
@@ -145,28 +144,28 @@ def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt, rb):
   return (post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]), jnp.swapaxes(conv_end, 1, 2))
 
 
-def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                 num_rows=None, tiles=None):
+def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tiles=None):
   """A prefill whose body (rows 0..n-capacity-1 per sequence) runs through the chunked scan.
 
-  Arguments as `m2v_jax.prefill` after checking (num_rows None or [B] int32: ragged); `tiles`
+  `ragged`: each sequence hands off at its own `num_rows` n (else all at R); `tiles`
   overrides the chunk-tile table. Returns (y [B, R, H*P], new state).
   """
+  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
+  cache_indices, n = args.cache_indices, args.num_rows
   B, R, _ = xbc.shape
   cap = cfg.capacity
   if R <= cap:
     raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")
   E = state.ssm.shape[0]
-  ragged = num_rows is not None
-  n = num_rows if ragged else jnp.full((B,), R, jnp.int32)
-  safe, valid, pad = status.entry_status(cfg, state, state_row, R, cache_indices, n)
+  safe, valid, pad = status.entry_status(cfg, state, R, args)
   p = chunk_plan(cfg, backend, state, xbc, z, tiles)
   Rb, Rp = p.Rb, p.Rp
   rb = jnp.clip(n - cap, 0, Rb).astype(jnp.int32)                  # body rows of each
   if cfg.compact:
     # Ragged: fold only valid sequences with a body (a rejected one keeps its window).
     fold_idx = jnp.where(valid & (n > cap), cache_indices, -1) if ragged else cache_indices
-    state = fold(cfg, backend, params, state, state_row, fold_idx)
+    state = fold(cfg, backend, params, state,
+                 status.call_args(None, None, state_row, cache_indices=fold_idx))
     conv0 = state.conv[safe]
     tail_row = jnp.where(valid, jnp.where(n > cap, 0, state_row), -1).astype(jnp.int32)
   else:
@@ -188,17 +187,16 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
     state = SnapshotState(ssm=ssm, conv=conv)
   if not ragged:
     tail = slice(Rb, R)
-    y_tail, state = kernel_call(cfg, backend, params, state, xbc[:, tail], dt[:, tail],
-                                tail_row, None if z is None else z[:, tail], cache_indices,
-                                jnp.full((B,), cap, jnp.int32))
+    y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
+        xbc[:, tail], dt[:, tail], tail_row, None if z is None else z[:, tail], cache_indices))
     y = lax.dynamic_update_slice(y, y_tail, (0, Rb, 0))
     return (y if p.y_rows == R else y[:, :R]), state
   # Ragged: each sequence's tail is its rows rb .. rb + min(n, cap) - 1, gathered.
   rows = rb[:, None] + jnp.arange(cap)[None, :]                     # [B, cap], < R
   take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
-  y_tail, state = kernel_call(cfg, backend, params, state, take(xbc), take(dt), tail_row,
-                              None if z is None else take(z), cache_indices,
-                              jnp.clip(n, 1, cap).astype(jnp.int32))
+  y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
+      take(xbc), take(dt), tail_row, None if z is None else take(z), cache_indices,
+      jnp.clip(n, 1, cap)))
   y = y.at[jnp.arange(B)[:, None], rows].set(y_tail)[:, :R]
   # Rows past n: 0; rejected sequences: NaN; padding: 0 (the body kernels wrote only Rp rows).
   live = (jnp.arange(R)[None, :] < n[:, None]) & valid[:, None]
@@ -206,58 +204,55 @@ def chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indic
   return y.astype(xbc.dtype), state
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "chunk_tiles",
-                                             "entries_checked"),
+@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "ragged",
+                                             "chunk_tiles", "entries_checked"),
                    donate_argnums=(1,))
-def call(params, state, xbc, dt, state_row, z, cache_indices, num_rows, *, cfg, backend,
-         chunked, chunk_tiles=None, entries_checked=True):
+def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_tiles=None,
+         entries_checked=True):
   """The jitted body of `verify` and `prefill`, the state (argument 1) donated.
 
-  Args as `m2v_jax.verify` after checking; `chunked` picks the chunked path, `chunk_tiles`
-  overrides its tiles; `entries_checked=False` rejects shared entries here.
+  `args` as `m2v_jax.verify`'s after checking and `status.call_args`; `chunked` picks the
+  chunked path, `ragged` its per-sequence hand-off at num_rows, `chunk_tiles` its tiles;
+  `entries_checked=False` rejects shared entries here.
   """
-  B, R, _ = xbc.shape
-  cache_indices = _unshared(cache_indices, state.ssm.shape[0], entries_checked)
+  args = _unshared(args, state.ssm.shape[0], entries_checked)
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)
-  ragged_rows = num_rows
-  cache_indices, num_rows = status.index_defaults(B, R, cache_indices, num_rows)
   if backend == config_lib.REFERENCE:
     fn = reference.compact_call if cfg.compact else reference.snapshot_call
-    return fn(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows)
+    return fn(cfg, params, state, args)
   if chunked:
-    return chunked_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                        ragged_rows, tiles=chunk_tiles)
-  return kernel_call(cfg, backend, params, state, xbc, dt, state_row, z, cache_indices,
-                     num_rows)
+    return chunked_call(cfg, backend, params, state, args, ragged, tiles=chunk_tiles)
+  return kernel_call(cfg, backend, params, state, args)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend"))
-def committed(params, state, state_row, cache_indices, *, cfg, backend):
-  """The jitted body of `committed_state` (the pool is neither donated nor modified)."""
-  B = state_row.shape[0]
+def committed(params, state, args: CallArgs, *, cfg, backend):
+  """The jitted body of `committed_state` on a fold's `args` (R = 0); the pool is neither
+  donated nor modified."""
   params = lax.optimization_barrier(params)   # as in `call`
-  cache_indices, _ = status.index_defaults(B, 0, cache_indices, None)
   if backend == config_lib.REFERENCE or not cfg.compact:
-    return reference.committed_state(cfg, params, state, state_row, cache_indices)
+    return reference.committed_state(cfg, params, state, args)
+  B = args.state_row.shape[0]
   E = state.ssm.shape[0]
-  safe, valid, pad = status.entry_status(cfg, state, state_row, 0, cache_indices)
+  ci = args.cache_indices
+  safe, valid, pad = status.entry_status(cfg, state, 0, args)
   # Fold a gathered copy of the B entries: folding the undonated pool would copy all E.
   sub = CompactState(*(leaf[safe] for leaf in state))
-  own = jnp.where((cache_indices >= 0) & (cache_indices < E), jnp.arange(B, dtype=jnp.int32), -2)
-  folded = fold(cfg, backend, params, sub, state_row, own)
+  own = jnp.where((ci >= 0) & (ci < E), jnp.arange(B, dtype=jnp.int32), -2)
+  folded = fold(cfg, backend, params, sub, args._replace(cache_indices=own))
   return (reference.mask_invalid(folded.ssm.astype(f32), valid, pad),
           reference.mask_invalid(folded.conv, valid, pad))
 
 
 def abstract_call_args(cfg, B, R, z=False, dtype=jnp.bfloat16, E=None):
-  """`call`'s arguments for R rows on B sequences (E entries, default B) without allocating:
-  random params, then shapes; z, cache_indices and num_rows None where the call has none.
-  For lowering on any machine (`backend.triton_kernels`)."""
+  """`call`'s (params, state, args) for R rows on B sequences (E entries, default B) without
+  allocating: random params, then shapes (z None unless `z`). For lowering on any machine
+  (`backend.triton_kernels`)."""
   E = E or B
   sds = jax.ShapeDtypeStruct
   i32 = sds((B,), jnp.int32)
-  return (params_lib.random_params(cfg), state_lib.state_shapes(cfg, E, dtype),
-          sds((B, R, cfg.conv_dim), dtype), sds((B, R, cfg.nheads), dtype), i32,
-          sds((B, R, cfg.d_inner), dtype) if z else None, i32 if E != B else None,
-          i32 if R <= cfg.capacity else None)
+  args = CallArgs(xbc=sds((B, R, cfg.conv_dim), dtype), dt=sds((B, R, cfg.nheads), dtype),
+                  state_row=i32, z=sds((B, R, cfg.d_inner), dtype) if z else None,
+                  cache_indices=i32, num_rows=i32)
+  return params_lib.random_params(cfg), state_lib.state_shapes(cfg, E, dtype), args

@@ -50,9 +50,9 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
   state_row, cache_indices, num_rows = checks.call(
       cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=True)
   checks.backend(cfg, backend)
-  return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
-                       cache_indices, num_rows, cfg=cfg, backend=backend, chunked=False,
-                       entries_checked=checks.entries_checked(cache_indices))
+  args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
+  return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=False,
+                       ragged=False, entries_checked=checks.entries_checked(cache_indices))
 
 
 def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, state_row, *,
@@ -81,15 +81,16 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
       cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=False)
   checks.backend(cfg, backend)
   R = xbc.shape[1]
+  # Ragged: each sequence hands off at its own num_rows past a body (R > capacity).
   ragged = num_rows is not None and R > cfg.capacity
+  entries_checked = checks.entries_checked(cache_indices)
+  args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
   if ragged and backend == config_lib.REFERENCE:
-    return dispatch.ragged_reference(cfg, params, state, xbc, dt, state_row, z, cache_indices,
-                                     num_rows, checks.entries_checked(cache_indices))
+    return dispatch.ragged_reference(cfg, params, state, args, num_rows, entries_checked)
   chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged)
-  return dispatch.call(params, state, xbc, dt, jnp.asarray(state_row, jnp.int32), z,
-                       cache_indices, num_rows, cfg=cfg, backend=backend, chunked=chunked,
-                       chunk_tiles=chunk_tiles if chunked else None,
-                       entries_checked=checks.entries_checked(cache_indices))
+  return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=chunked,
+                       ragged=ragged, chunk_tiles=chunk_tiles if chunked else None,
+                       entries_checked=entries_checked)
 
 
 def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row, *,
@@ -116,9 +117,8 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
   B = np.shape(state_row)[0] if np.ndim(state_row) else E
   cache_indices = checks.entries(cache_indices, B, E)
   state_row = checks.state_rows(cfg, state_row, B, cache_indices)
-  if cache_indices is not None:
-    cache_indices = jnp.asarray(cache_indices, jnp.int32)
-  return dispatch.committed(params, state, jnp.asarray(state_row, jnp.int32), cache_indices,
+  return dispatch.committed(params, state,
+                            status.call_args(None, None, state_row, cache_indices=cache_indices),
                             cfg=cfg, backend=backend)
 
 
@@ -143,12 +143,10 @@ def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indi
                       num_rows=None):
   """[B] bool on the device: the sequences a call of R rows would reject (padding excluded),
   shared entries included."""
-  _, valid, pad = status.entry_status(cfg, state, jnp.asarray(state_row, jnp.int32), R,
-                                      cache_indices, num_rows)
-  bad = ~valid & ~pad
-  if cache_indices is None:
-    return bad
-  return bad | status.shared_entries(jnp.asarray(cache_indices, jnp.int32))
+  args = status.call_args(None, None, state_row, cache_indices=cache_indices,
+                          num_rows=num_rows, R=R)
+  _, valid, pad = status.entry_status(cfg, state, R, args)
+  return ~valid & ~pad | status.shared_entries(args.cache_indices)
 
 
 def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt,
@@ -158,14 +156,15 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   Returns (y, new_state, err); `err.throw()` raises, `err.get()` gives the message or None
   (a device-to-host read). Raises as `verify`.
   """
-  bad = invalid_sequences(cfg, state, jnp.asarray(state_row, jnp.int32), xbc.shape[1],
-                          cache_indices=kwargs.get("cache_indices"),
-                          num_rows=kwargs.get("num_rows"))
-  ci, _ = status.index_defaults(bad.shape[0], 0, kwargs.get("cache_indices"), None)
+  R = xbc.shape[1]
+  args = status.call_args(None, None, state_row, cache_indices=kwargs.get("cache_indices"),
+                          num_rows=kwargs.get("num_rows"), R=R)
+  _, valid, pad = status.entry_status(cfg, state, R, args)
+  ci = args.cache_indices
   repeated = status.shared_entries(ci)
-  bad = bad & ~repeated                     # reported by the second check
+  bad = ~valid & ~pad & ~repeated           # shared entries: reported by the second check
   first = jnp.argmax(bad).astype(jnp.int32)
-  row = jnp.asarray(state_row, jnp.int32)[first]
+  row = args.state_row[first]
   if cfg.compact:
     entry = jnp.clip(ci[first], 0, state.ssm.shape[0] - 1)
     pend = state.pending[entry] - status.last_call_start(state.starts[entry])

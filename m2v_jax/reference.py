@@ -89,12 +89,6 @@ def round_state(st, state_dtype):
   return rowmath.stored(st, state_dtype)
 
 
-def _entries(E, Bsz, cache_indices):
-  """(cache_indices [B], the entry to address: itself if in [0, E), else 0)."""
-  idx = jnp.arange(Bsz, dtype=jnp.int32) if cache_indices is None else cache_indices
-  return idx, status.safe_entry(idx, E)
-
-
 def finish_y(y, valid, pad, dtype):
   """y with NaN rows for rejected sequences and zeros for padding, in `dtype`."""
   y = jnp.where(valid[:, None, None], y, jnp.nan)
@@ -106,10 +100,6 @@ def _scatter(pool, idx, write, new):
   """pool[idx[b]] = new[b] where write[b]."""
   target = jnp.where(write, idx, pool.shape[0])        # out of bounds -> dropped
   return pool.at[target].set(new.astype(pool.dtype), mode="drop")
-
-
-def _n_rows(num_rows, Bsz, R):
-  return jnp.full((Bsz,), R, jnp.int32) if num_rows is None else num_rows
 
 
 _PRODUCTS = backend.Products(exact_rows=False, tensor_cores=False)
@@ -225,13 +215,13 @@ def _call_rows(cfg, params, S, conv0, xbc, dt, z, n, state_dtype, slots: bool):
   return y, S, states if slots else None, wins, post, dtp
 
 
-def snapshot_call(cfg, params, state: SnapshotState, xbc, dt, state_row, z=None,
-                  cache_indices=None, num_rows=None):
-  """Snapshot-mode call; args as `m2v_jax.verify`. Returns (y in xbc.dtype, SnapshotState)."""
+def snapshot_call(cfg, params, state: SnapshotState, args: status.CallArgs):
+  """Snapshot-mode call of `args`. Returns (y in xbc.dtype, SnapshotState)."""
   E, S = state.ssm.shape[:2]
-  Bsz, R, _ = xbc.shape
-  idx, safe = _entries(E, Bsz, cache_indices)
-  n = _n_rows(num_rows, Bsz, R)
+  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
+  idx, n = args.cache_indices, args.num_rows
+  R = xbc.shape[1]
+  safe = status.safe_entry(idx, E)
   valid, pad, _ = status.sequence_status(False, S, E, R, idx, state_row, n, None)
   srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
   keep = min(R, S)
@@ -281,14 +271,14 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   return S, conv, n_fold
 
 
-def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
-                 cache_indices=None, num_rows=None):
-  """Compact-replay call; args as `m2v_jax.verify`. Returns (y in xbc.dtype, CompactState)."""
+def compact_call(cfg, params, state: CompactState, args: status.CallArgs):
+  """Compact-replay call of `args`. Returns (y in xbc.dtype, CompactState)."""
   E = state.ssm.shape[0]
   cap, Q = cfg.capacity, cfg.ring_rows
+  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
+  idx, n = args.cache_indices, args.num_rows
   Bsz, R, _ = xbc.shape
-  idx, safe = _entries(E, Bsz, cache_indices)
-  n = _n_rows(num_rows, Bsz, R)
+  safe = status.safe_entry(idx, E)
   valid, pad, n_fold = status.sequence_status(True, cap, E, R, idx, state_row, n,
                                               state.pending[safe], starts=state.starts[safe],
                                               W=cfg.window_rows)
@@ -329,19 +319,18 @@ def compact_call(cfg, params, state: CompactState, xbc, dt, state_row, z=None,
   return finish_y(y, valid, pad, xbc.dtype), new_state
 
 
-def committed_state(cfg, params, state, state_row, cache_indices=None):
-  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `state_row`, either mode; zeros
-  for padding, NaN for invalid rows or entries.
+def committed_state(cfg, params, state, args: status.CallArgs):
+  """The committed (ssm [B, H, P, N] f32, conv [B, C, K-1]) at `args.state_row` (a fold's
+  args: R = 0), either mode; zeros for padding, NaN for invalid rows or entries.
   """
   E = state.ssm.shape[0]
-  Bsz = state_row.shape[0]
-  idx, safe = _entries(E, Bsz, cache_indices)
+  state_row, idx = args.state_row, args.cache_indices
+  safe = status.safe_entry(idx, E)
   compact = isinstance(state, CompactState)
   pending = state.pending[safe] if compact else None
   starts = state.starts[safe] if compact else None
   ok, pad, _ = status.sequence_status(compact, cfg.capacity, E, 0, idx, state_row,
-                                    jnp.zeros_like(state_row), pending, starts=starts,
-                                    W=cfg.window_rows)
+                                      args.num_rows, pending, starts=starts, W=cfg.window_rows)
   if not compact:
     srow = jnp.where(ok, state_row, 0)
     ssm, conv = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]

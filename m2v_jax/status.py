@@ -1,12 +1,59 @@
-"""The one validity rule for `state_row`, `cache_indices` and `num_rows` (docs/semantics.md).
+"""A call's arrays (`CallArgs`) and the one validity rule for `state_row`, `cache_indices` and
+`num_rows` (docs/semantics.md).
 
-Kernels, reference, host checks and `verify_checked` all use it; `xp` is `jax.numpy` or
+Kernels, reference, host checks and `verify_checked` all use the rule; `xp` is `jax.numpy` or
 `numpy`, and the functions take scalars (in a kernel) or [B] arrays.
 """
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
+
+
+class CallArgs(NamedTuple):
+  """One call's per-sequence arrays, B sequences of R new rows (built by `call_args`).
+
+  Attributes:
+    xbc: [B, R, C] raw `[x | B | C]` rows; None in a fold (R = 0).
+    dt: [B, R, H] raw dt; None in a fold.
+    state_row: [B] int32, the last accepted row of the previous call.
+    z: [B, R, H*P] gate, or None.
+    cache_indices: [B] int32 pool entries (-1: padding).
+    num_rows: [B] int32 rows each sequence runs (0 in a fold).
+  """
+
+  xbc: jax.Array | None
+  dt: jax.Array | None
+  state_row: jax.Array
+  z: jax.Array | None
+  cache_indices: jax.Array
+  num_rows: jax.Array
+
+
+def call_args(xbc, dt, state_row, z=None, cache_indices=None, num_rows=None, *,
+              R: int | None = None) -> CallArgs:
+  """`CallArgs` with the defaults: cache_indices arange(B), num_rows R (xbc's rows, or 0
+  without xbc: a fold); the index arrays as int32 device arrays. B is state_row's length."""
+  if R is None:
+    R = 0 if xbc is None else xbc.shape[1]
+  state_row, ci, nr = _indices(state_row, cache_indices, num_rows, R=R)
+  return CallArgs(xbc, dt, state_row, z, ci, nr)
+
+
+# Jitted: called eagerly (the public ops), one dispatch rather than one per array.
+@functools.partial(jax.jit, static_argnames=("R",))
+def _indices(state_row, cache_indices, num_rows, *, R: int):
+  """state_row, cache_indices (default arange(B)) and num_rows (default R), int32 [B]."""
+  state_row = jnp.asarray(state_row, jnp.int32)
+  B = state_row.shape[0]
+  ci = (jnp.arange(B, dtype=jnp.int32) if cache_indices is None
+        else jnp.asarray(cache_indices, jnp.int32))
+  nr = jnp.full((B,), R, jnp.int32) if num_rows is None else jnp.asarray(num_rows, jnp.int32)
+  return state_row, ci, nr
 
 
 def row_ok(compact: bool, cap: int, row, pending, xp=jnp, first=0):
@@ -84,25 +131,15 @@ def safe_entry(entry, E: int):
   return jnp.where((entry >= 0) & (entry < E), entry, 0)
 
 
-def index_defaults(B, R, cache_indices, num_rows):
-  """cache_indices (default arange(B)) and num_rows (default R) as int32 [B] arrays."""
-  ci = (jnp.arange(B, dtype=jnp.int32) if cache_indices is None
-        else jnp.asarray(cache_indices, jnp.int32))
-  nr = jnp.full((B,), R, jnp.int32) if num_rows is None else jnp.asarray(num_rows, jnp.int32)
-  return ci, nr
-
-
-def entry_status(cfg, state, state_row, R: int, cache_indices, num_rows=None):
+def entry_status(cfg, state, R: int, args: CallArgs):
   """(safe entry, valid, padding), each [B], of a call of R rows, on the device."""
-  B = state_row.shape[0]
-  ci, nr = index_defaults(B, R, cache_indices, num_rows)
+  ci = args.cache_indices
   E = state.ssm.shape[0]
   safe = safe_entry(ci, E)
   pending = state.pending[safe] if cfg.compact else jnp.zeros_like(ci)
   starts = state.starts[safe] if cfg.compact else None
-  valid, pad, _ = sequence_status(cfg.compact, cfg.capacity, E, R, ci,
-                                  jnp.asarray(state_row, jnp.int32), nr, pending,
-                                  starts=starts, W=cfg.window_rows)
+  valid, pad, _ = sequence_status(cfg.compact, cfg.capacity, E, R, ci, args.state_row,
+                                  args.num_rows, pending, starts=starts, W=cfg.window_rows)
   return safe, valid, pad
 
 

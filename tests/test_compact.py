@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import dispatch
+from m2v_jax import dispatch, status
 from tests.helpers import Pair, assert_bitwise, assert_close, copy_state, inputs, small_cfg
 
 
@@ -229,11 +229,11 @@ class CompactChecks:
         state = m.init_state(cfg, 2, jnp.float32)
         ci, nr = jnp.arange(2, dtype=jnp.int32), jnp.asarray([8, 5], jnp.int32)
         data = [inputs(cfg, 2, 8, rng=np.random.default_rng(80 + k)) for k in range(2)]
-        _, state = dispatch.kernel_call(cfg, self.backend, p, state, *data[0],
-                                        jnp.zeros(2, jnp.int32), None, ci, nr, t)
-        y, state = dispatch.kernel_call(cfg, self.backend, p, state, *data[1],
-                                        jnp.asarray([6, 3], jnp.int32), None, ci,
-                                        jnp.asarray([7, 8], jnp.int32), t)
+        _, state = dispatch.kernel_call(cfg, self.backend, p, state, status.call_args(
+            *data[0], jnp.zeros(2, jnp.int32), None, ci, nr), t)
+        y, state = dispatch.kernel_call(cfg, self.backend, p, state, status.call_args(
+            *data[1], jnp.asarray([6, 3], jnp.int32), None, ci, jnp.asarray([7, 8], jnp.int32)),
+            t)
         committed = m.committed_state(cfg, p, state, np.array([4, 2], np.int32),
                                       backend=self.backend)
         out[mode, name] = (y, committed[0])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference
+from m2v_jax import reference, status
 from m2v_jax.kernels import backend, rowmath
 from tests.helpers import (PRECISION_BOUND, SHARDED_VARIANTS, Pair, PoolPair, check_chunked_pool,
                            check_nan_isolation, check_reused_entry, check_sharded_mixer,
@@ -94,7 +94,7 @@ def test_bolt_snapshot_matches_reference(R):
   rows = np.array([3, 7], np.int32)
   xbc, dt = inputs(BOLT, 2, R, rng=rng)
   y_ref, want = reference.snapshot_call(BOLT, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
-                                        xbc, dt, jnp.asarray(rows))
+                                        status.call_args(xbc, dt, rows))
   fn = m.verify if R <= 8 else m.prefill
   y, got = fn(BOLT, p, state, xbc, dt, rows, backend="pallas")
   assert_close(y, y_ref, 1e-5, "y")

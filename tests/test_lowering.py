@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import m2v_jax as m
-from m2v_jax import dispatch
+from m2v_jax import dispatch, status
 from m2v_jax.kernels import backend, chunk_scan
 
 pytestmark = pytest.mark.lowering
@@ -18,13 +18,11 @@ sds = jax.ShapeDtypeStruct
 
 def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_tiles=None,
           ragged=False):
-  """Lowers one call; a chunked prefill takes num_rows only when `ragged`."""
+  """Lowers one call (`ragged`: a chunked prefill handing off at num_rows)."""
   args = dispatch.abstract_call_args(cfg, B, R, z, dtype, E)
-  if ragged:
-    args = args[:-1] + (jax.ShapeDtypeStruct((B,), jnp.int32),)
 
-  def f(p, s, x, d, r, z_, ci, nr):
-    return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked,
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=chunked, ragged=ragged,
                          chunk_tiles=chunk_tiles)
 
   return backend.lower_for_cuda(f, *args, donate_argnums=(1,))
@@ -50,8 +48,8 @@ def test_bf16_products_contract_at_least_16(R):
   import re
   cfg = m.BOLT.replace(replay_mode="compact")
 
-  def f(p, s, x, d, r, z_, ci, nr):
-    return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=False)
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False, ragged=False)
 
   irs = backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, 2, R, False, jnp.bfloat16, None),
                                donate_argnums=(1,))
@@ -72,7 +70,8 @@ def test_pool_and_odd_geometry_lower(mode):
 def test_committed_state_fold_lowers():
   cfg = m.BOLT.replace(replay_mode="compact")
   state = m.state_shapes(cfg, 2, jnp.bfloat16)
-  f = lambda p, s, r: dispatch.committed(p, s, r, None, cfg=cfg, backend="pallas")
+  f = lambda p, s, r: dispatch.committed(p, s, status.call_args(None, None, r), cfg=cfg,
+                                         backend="pallas")
   text = backend.lower_for_cuda(f, m.random_params(cfg), state, sds((2,), jnp.int32))
   assert text.count("__gpu$xla.gpu.triton") == 2
 
@@ -117,8 +116,8 @@ def test_triton_kernels_capture_ir_and_launch_params():
   the tile table."""
   cfg = m.BOLT.replace(replay_mode="compact")
 
-  def f(p, s, x, d, r, z_, ci, nr):
-    return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=False)
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False, ragged=False)
 
   kernels = backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, 1, 8),
                                    donate_argnums=(1,))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference, reference_ssd
+from m2v_jax import reference, reference_ssd, status
 from m2v_jax.kernels import rowmath
 from tests.helpers import (assert_bitwise, assert_close, inputs, np_rows, random_state,
                            small_cfg, spec_error)
@@ -109,7 +109,7 @@ def test_snapshot_slots(R, S):
   rows = np.array([S - 1, 0], np.int32)
   xbc, dt = inputs(cfg, B, R, rng=rng)
   before = [np.asarray(a) for a in state]
-  y, new = reference.snapshot_call(cfg, p, state, xbc, dt, jnp.asarray(rows))
+  y, new = reference.snapshot_call(cfg, p, state, status.call_args(xbc, dt, rows))
   y64, s64, c64 = np_rows(cfg, p, before[0][np.arange(B), rows], before[1][np.arange(B), rows],
                           xbc, dt)
   assert_close(y, y64, 1e-5, "y")
@@ -133,13 +133,14 @@ def test_compact_matches_snapshot_bitwise(R, W):
   for n in (R, 8, 3, R, 1):
     n = min(n, W) if n != R else R
     xbc, dt = inputs(snap, B, n, rng=rng)
-    ys, s = reference.snapshot_call(snap, p, s, xbc, dt, rows)
-    yc, c = reference.compact_call(comp, p, c, xbc, dt, rows)
+    ys, s = reference.snapshot_call(snap, p, s, status.call_args(xbc, dt, rows))
+    yc, c = reference.compact_call(comp, p, c, status.call_args(xbc, dt, rows))
     assert_bitwise(ys, yc, f"y R={n}")
     assert np.all(np.asarray(c.pending) == min(n, W))
     rows = jnp.asarray(rng.integers(0, min(n, W), B), jnp.int32)
-    for a, b in zip(reference.committed_state(snap, p, s, rows),
-                    reference.committed_state(comp, p, c, rows)):
+    fold = status.call_args(None, None, rows)
+    for a, b in zip(reference.committed_state(snap, p, s, fold),
+                    reference.committed_state(comp, p, c, fold)):
       assert_bitwise(a, b, f"committed R={n}")
 
 
@@ -191,7 +192,7 @@ def test_dual_form_calls_match_the_float64_recurrence(R, capacity):
   state = random_state(cfg, 3, rng=np.random.default_rng(30))
   xbc, dt = inputs(cfg, 3, R, rng=np.random.default_rng(31))
   rows = jnp.asarray([0, 1, capacity - 1], jnp.int32)
-  y, new = reference.snapshot_call(cfg, p, state, xbc, dt, rows)
+  y, new = reference.snapshot_call(cfg, p, state, status.call_args(xbc, dt, rows))
   b = np.arange(3)
   y64, s64, _ = np_rows(cfg, p, state.ssm[b, rows], state.conv[b, rows], xbc, dt)
   keep = min(R, capacity)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference
+from m2v_jax import reference, status
 from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
                            random_state, spec_error,
                            small_cfg)
@@ -137,7 +137,7 @@ class SnapshotChecks:
     xbc, dt = inputs(cfg, B, R, rng=rng)
     before = copy_state(state)
     y_ref, want = reference.snapshot_call(
-        cfg, p, m.SnapshotState(*map(jnp.asarray, before)), xbc, dt, jnp.asarray(rows))
+        cfg, p, m.SnapshotState(*map(jnp.asarray, before)), status.call_args(xbc, dt, rows))
     y, got = call(cfg, p, state, xbc, dt, rows, self.backend)
     assert_close(y, y_ref, 1e-5, "y")
     assert_close(got.ssm, want.ssm, 1e-5, "ssm bank")
@@ -156,7 +156,7 @@ class SnapshotChecks:
     xbc, dt, z = inputs(cfg, 2, 8, dtype, rng=rng, z=True)
     rows = np.array([3, 0], np.int32)
     y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
-                                          xbc, dt, jnp.asarray(rows), z)
+                                          status.call_args(xbc, dt, rows, z))
     y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
     assert y.dtype == dtype
     assert_close(y.astype(jnp.float32), y_ref.astype(jnp.float32), 1e-2, "y")
@@ -173,8 +173,8 @@ class SnapshotChecks:
     state = random_state(cfg, 2, jnp.bfloat16, rng=np.random.default_rng(22))
     xbc, dt = inputs(cfg, 2, 4, jnp.bfloat16)
     plan = dispatch.plan(cfg, self.backend, state, 4, B=2, y_dtype=jnp.bfloat16)
-    xr = verify_conv.conv(plan, p, state, xbc, dt, jnp.zeros(2, jnp.int32),
-                          jnp.arange(2, dtype=jnp.int32), jnp.full(2, 4, jnp.int32))["xr_ref"]
+    xr = verify_conv.conv(plan, p, state,
+                          status.call_args(xbc, dt, jnp.zeros(2, jnp.int32)))["xr_ref"]
     assert xr.dtype == jnp.bfloat16 and xr.shape == (2, plan.KT, cfg.conv_dim)
     want, _ = reference.conv_prefill(cfg, p, state.conv[:, 0], xbc)
     assert_bitwise(xr[:, :4], want.astype(jnp.bfloat16), "post-conv rows")
@@ -188,7 +188,7 @@ class SnapshotChecks:
     xbc, dt, z = inputs(cfg, 2, 4, rng=rng, z=True)
     rows = np.array([1, 5], np.int32)
     y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
-                                          xbc, dt, jnp.asarray(rows), z)
+                                          status.call_args(xbc, dt, rows, z))
     y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
     assert_close(y, y_ref, 1e-5, "y")
     assert_close(got.ssm, want.ssm, 1e-5, "ssm")
@@ -268,7 +268,7 @@ class SnapshotChecks:
     xbc, dt = inputs(cfg, B, 5, rng=rng)
     rows = jnp.asarray([-1, 8, 3, 1000], jnp.int32)           # device array: no host check
     y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)),
-                                          xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32))
+                                          status.call_args(xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32)))
     y, got = m.verify(cfg, p, state, xbc, dt, rows, backend=self.backend)
     y = np.asarray(y)
     for b in (0, 1, 3):

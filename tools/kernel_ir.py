@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 import m2v_jax as m
-from m2v_jax import dispatch
+from m2v_jax import dispatch, status
 from m2v_jax.kernels import backend
 
 sds = jax.ShapeDtypeStruct
@@ -47,8 +47,8 @@ def calls():
 def call_kernels(cfg, B, R, z, dtype, chunked, E):
   """{kernel name: (Triton IR, num_warps, num_stages)} of one verify/prefill call."""
 
-  def f(p, s, x, d, r, z_, ci, nr):
-    return dispatch.call(p, s, x, d, r, z_, ci, nr, cfg=cfg, backend="pallas", chunked=chunked)
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=chunked, ragged=False)
 
   return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, z, dtype, E), donate_argnums=(1,))
 
@@ -56,7 +56,8 @@ def call_kernels(cfg, B, R, z, dtype, chunked, E):
 def fold_kernels():
   """The kernels of a compact `committed_state` (a fold)."""
   cfg = m.BOLT.replace(replay_mode="compact")
-  f = lambda p, s, r: dispatch.committed(p, s, r, None, cfg=cfg, backend="pallas")
+  f = lambda p, s, r: dispatch.committed(p, s, status.call_args(None, None, r), cfg=cfg,
+                                         backend="pallas")
   return backend.triton_kernels(f, m.random_params(cfg), m.state_shapes(cfg, 2, jnp.bfloat16),
                                 sds((2,), jnp.int32))
 

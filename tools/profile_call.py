@@ -20,7 +20,7 @@ import numpy as np
 from absl import app, flags
 
 import m2v_jax as m
-from m2v_jax import dispatch
+from m2v_jax import dispatch, status
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
@@ -74,9 +74,9 @@ def main(argv):
     jax.block_until_ready((y, state))
     print(f"{FLAGS.calls + 1} chunked prefills of {cfg.replay_mode} B={B} R={R} done")
     return
-  step = jax.jit(lambda s, r: dispatch.kernel_call(cfg, backend, params, s, xbc,
-                                                   dt, r, None, ci, nr, tiles),
-                 donate_argnums=0)
+  step = jax.jit(lambda s, r: dispatch.kernel_call(
+      cfg, backend, params, s, status.call_args(xbc, dt, r, None, ci, nr), tiles),
+      donate_argnums=0)
   _, state = step(state, jnp.zeros((B,), jnp.int32))     # warm-up: R rows pending everywhere
   for _ in range(FLAGS.calls):
     y, state = step(state, rows)

@@ -39,9 +39,9 @@ def _define_flags():
 
 def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16):
   """`backend.triton_kernels` of one verify / prefill call of `cfg`."""
-  def f(p, s, x, d, r, z, ci, nr):
-    return dispatch.call(p, s, x, d, r, z, ci, nr, cfg=cfg, backend=config_lib.PALLAS,
-                         chunked=chunked)
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend=config_lib.PALLAS, chunked=chunked,
+                         ragged=False)
 
   return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, dtype=dtype),
                                 donate_argnums=(1,))

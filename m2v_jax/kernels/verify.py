@@ -86,10 +86,11 @@ class Plan:
     return self.y_dtype != jnp.dtype(f32)
 
 
-def run(plan: Plan, params, state, xbc, dt, state_row, z, cache_indices, num_rows):
-  """The conv and SSM launches of one call; returns (y [B, R, H*P], None in a fold; new state)."""
-  prepped = verify_conv.conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows)
-  out = verify_ssm.ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows)
+def run(plan: Plan, params, state, args):
+  """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
+  in a fold; new state)."""
+  prepped = verify_conv.conv(plan, params, state, args)
+  out = verify_ssm.ssm(plan, params, state, prepped, args)
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       last_xbc=prepped["last_out_ref"], win_xb=prepped["wxb_out_ref"],

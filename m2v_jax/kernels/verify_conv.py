@@ -157,8 +157,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
           dtr_ref[b, i, hs] = jnp.zeros((BH,), f32)
 
 
-def conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
-  """Runs the conv launch of `plan`; returns its outputs by name."""
+def conv(plan, params, state, args):
+  """Runs the conv launch of `plan` on `args` (`status.CallArgs`); returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
@@ -166,11 +166,11 @@ def conv(plan, params, state, xbc, dt, state_row, cache_indices, num_rows):
   i32 = jnp.int32
   return backend.pallas_call(
       lambda **refs: _conv_kernel(**refs, plan=plan),
-      inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
+      inputs=dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
                   pend_ref=state.pending if compact else None,
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
-                  xbc_ref=xbc if plan.R else None, dt_ref=dt if plan.R else None,
+                  xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
                   w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
                   conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
                   wxb_ref=state.win_xb if compact else None,

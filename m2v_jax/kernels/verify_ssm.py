@@ -189,8 +189,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       lax.fori_loop(0, R, fill_row, 0)
 
 
-def ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows):
-  """Runs the SSM launch of `plan` on the conv launch's outputs; returns its outputs by name."""
+def ssm(plan, params, state, prepped, args):
+  """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs;
+  returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
@@ -198,11 +199,11 @@ def ssm(plan, params, state, prepped, state_row, z, cache_indices, num_rows):
   i32 = jnp.int32
   return backend.pallas_call(
       lambda **refs: _ssm_kernel(**refs, plan=plan),
-      inputs=dict(idx_ref=cache_indices, row_ref=state_row, n_ref=num_rows,
+      inputs=dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
                   fold_ref=prepped["fold_ref"], prev_starts_ref=prepped.get("prev_starts_ref"),
                   prev_origin_ref=prepped.get("prev_origin_ref"),
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
-                  z_ref=z if plan.has_z else None, alog_ref=params.A_log, d_ref=params.D,
+                  z_ref=args.z if plan.has_z else None, alog_ref=params.A_log, d_ref=params.D,
                   ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
                   wdt_ref=prepped.get("wdt_out_ref"),
                   pend_ref=state.pending if compact else None,
