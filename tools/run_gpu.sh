@@ -67,7 +67,10 @@ for s in $STAGES; do
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;
     sanitizer)  # one plain run fills a compilation cache, so the tools' runs compile nothing
-      # One device allocation per buffer (no preallocated pool for the tools to track).
+      # One device allocation per buffer (no preallocated pool for the tools to track); no XLA
+      # command buffers: with the kernels inside CUDA graphs initcheck reports reads that it
+      # does not report for the same launches one by one (tests/gpu_logs/README.md).
+      export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_enable_command_buffer="
       export XLA_PYTHON_CLIENT_ALLOCATOR=platform JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/m2v_jax_cache} \
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
       san=(tools/sanitize_calls.py --geometry="${M2V_SANITIZER_GEOMETRY:-small}")
