@@ -267,8 +267,8 @@ class SnapshotChecks:
     before = copy_state(state)
     xbc, dt = inputs(cfg, B, 5, rng=rng)
     rows = jnp.asarray([-1, 8, 3, 1000], jnp.int32)           # device array: no host check
-    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)),
-                                          status.call_args(xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32)))
+    args = status.call_args(xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32))
+    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)), args)
     y, got = m.verify(cfg, p, state, xbc, dt, rows, backend=self.backend)
     y = np.asarray(y)
     for b in (0, 1, 3):
