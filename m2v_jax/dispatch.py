@@ -151,8 +151,9 @@ def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tile
   overrides the chunk-tile table. Returns (y [B, R, H*P], new state).
   """
   xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
-  cache_indices, n = args.cache_indices, args.num_rows
+  cache_indices = args.cache_indices
   B, R, _ = xbc.shape
+  n = args.num_rows if ragged else jnp.full((B,), R, jnp.int32)   # rows each sequence hands off at
   cap = cfg.capacity
   if R <= cap:
     raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")

@@ -16,6 +16,7 @@ milliseconds): without a CUDA plugin, XLA compiles without LLVM optimization; th
 one run share a persistent compilation cache.
 """
 
+import atexit
 import importlib.util
 import os
 import shutil
@@ -28,15 +29,25 @@ if not _CUDA:
 for _flag in _FLAGS:
   if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
-# Set by the first process (pytest-xdist's controller), inherited by its workers.
-_OWN_CACHE = "M2V_TEST_JAX_CACHE" not in os.environ
+# Set by the first process (pytest-xdist's controller), inherited by its workers; a cache the
+# user names in JAX_COMPILATION_CACHE_DIR is used as it is.
+_OWN_CACHE = not {"M2V_TEST_JAX_CACHE", "JAX_COMPILATION_CACHE_DIR"} & set(os.environ)
 if _OWN_CACHE:
   os.environ["M2V_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="m2v_jax_test_cache_")
+
+
+def _remove_cache():
+  if _OWN_CACHE:
+    shutil.rmtree(os.environ.pop("M2V_TEST_JAX_CACHE", ""), ignore_errors=True)
+
+
+atexit.register(_remove_cache)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-jax.config.update("jax_compilation_cache_dir", os.environ["M2V_TEST_JAX_CACHE"])
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  jax.config.update("jax_compilation_cache_dir", os.environ["M2V_TEST_JAX_CACHE"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -63,5 +74,4 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_unconfigure(config):
-  if _OWN_CACHE:
-    shutil.rmtree(os.environ["M2V_TEST_JAX_CACHE"], ignore_errors=True)
+  _remove_cache()

@@ -66,10 +66,12 @@ for s in $STAGES; do
     model) stage model 300 $PY benchmarks/model_bench.py --out="$OUT/model.json" ${M2V_MODEL_ARGS:-} ;;
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;
-    sanitizer)  # one plain run fills a compilation cache, so the tools' runs compile nothing
-      # One device allocation per buffer (no preallocated pool for the tools to track); no XLA
-      # command buffers: with the kernels inside CUDA graphs initcheck reports reads that it
-      # does not report for the same launches one by one (tests/gpu_logs/README.md).
+    sanitizer) (  # a subshell: its settings end with the stage
+      # One plain run fills a compilation cache, so the tools' runs compile nothing. One device
+      # allocation per buffer (no preallocated pool for the tools to track); no XLA command
+      # buffers: with the kernels inside CUDA graphs initcheck reports reads that it does not
+      # report for the same launches one by one (tests/gpu_logs/README.md).
+      own_cache=${JAX_COMPILATION_CACHE_DIR:+no}
       export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_enable_command_buffer="
       export XLA_PYTHON_CLIENT_ALLOCATOR=platform JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/m2v_jax_cache} \
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=0
@@ -82,7 +84,8 @@ for s in $STAGES; do
         stage "sanitizer_$tool" 150 compute-sanitizer --tool "$tool" --print-limit 20 \
           $PY "${san[@]}"
       done
-      rm -rf "$JAX_COMPILATION_CACHE_DIR" ;;
+      [ -n "$own_cache" ] || rm -rf "$JAX_COMPILATION_CACHE_DIR"
+      exit $status ) || status=1 ;;
     ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
       for mode in ${M2V_NCU_MODES:-compact snapshot}; do  # no preallocated pool to back up
         XLA_PYTHON_CLIENT_PREALLOCATE=false stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:'m2v_(conv|ssm)' \
