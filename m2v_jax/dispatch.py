@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from m2v_jax import checks
 from m2v_jax import config as config_lib
 from m2v_jax import params as params_lib
 from m2v_jax import reference
@@ -69,7 +70,7 @@ def _unshared(args: CallArgs, E: int, entries_checked: bool) -> CallArgs:
 def ragged_reference(cfg, params, state, args: CallArgs, host_rows, entries_checked=True):
   """A ragged prefill on the reference backend: one call per distinct length of `host_rows`,
   `args.num_rows` as host values (ValueError for device values); shared entries as in `call`."""
-  if not isinstance(host_rows, (np.ndarray, list, tuple)):
+  if not checks.is_host(host_rows):
     raise ValueError("num_rows: a ragged prefill (R > capacity) on the reference backend "
                      "needs host values (it runs one call per distinct length)")
   host_rows = np.asarray(host_rows)
