@@ -32,16 +32,9 @@ for _flag in _FLAGS:
 # Set by the first process (pytest-xdist's controller), inherited by its workers; a cache the
 # user names in JAX_COMPILATION_CACHE_DIR is used as it is.
 _OWN_CACHE = not {"M2V_TEST_JAX_CACHE", "JAX_COMPILATION_CACHE_DIR"} & set(os.environ)
-if _OWN_CACHE:
+if _OWN_CACHE:                 # removed when the process that made it exits
   os.environ["M2V_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="m2v_jax_test_cache_")
-
-
-def _remove_cache():
-  if _OWN_CACHE:
-    shutil.rmtree(os.environ.pop("M2V_TEST_JAX_CACHE", ""), ignore_errors=True)
-
-
-atexit.register(_remove_cache)
+  atexit.register(shutil.rmtree, os.environ["M2V_TEST_JAX_CACHE"], ignore_errors=True)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -71,7 +64,3 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"{len(skipped)} GPU tests skipped: JAX sees no GPU here; on a GPU machine "
         f"`pytest -m gpu` runs them (BUILD.md, GPU checks)")
-
-
-def pytest_unconfigure(config):
-  _remove_cache()
