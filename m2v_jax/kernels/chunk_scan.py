@@ -157,7 +157,8 @@ def _chunk_states_kernel(*, valid_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref,
                          plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, chunks, B).
 
-    valid_ref, rb_ref [B] int32: 1 if the sequence runs, body rows; xr_ref [B, Rp, C]; dtr_ref [B, Rp, H] f32
+    valid_ref, rb_ref [B] int32: 1 if the sequence runs, body rows
+    xr_ref [B, Rp, C]; dtr_ref [B, Rp, H] f32
     s_ref   [B, chunks, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B
     dec_ref [B, chunks, H] f32         exp(acum_L)
   """
