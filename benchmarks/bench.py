@@ -536,16 +536,16 @@ def suite_flush(bw, banks, blocks, dtype, batches=(8, 32, 128), window=16):
   return rows_out
 
 
-# `kernels.tiles.TileConfig` variants, block_p:num_warps:n_cols[:num_stages[:heads_per_program]];
-# the table's entry comes first in any sweep.
+# `kernels.tiles.TileConfig` variants, block_p:num_warps:n_cols[:num_stages]; the table's
+# entry comes first in any sweep.
 DEFAULT_TILE_VARIANTS = ("64:4:64", "32:4:128", "64:8:64", "32:2:64", "16:4:128", "64:4:128")
 
 
 def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
                 variants=DEFAULT_TILE_VARIANTS):
   """Tile sweep of the verify kernels at R=8, mixed acceptance (state_row b % 8): the table's
-  entry, then `variants` (block_p:num_warps:n_cols[:num_stages[:heads_per_program]]). Ratio:
-  time of the variant over time of the table's entry."""
+  entry, then `variants` (block_p:num_warps:n_cols[:num_stages]). Ratio: time of the variant over
+  time of the table's entry."""
   unknown = set(modes) - {config_lib.SNAPSHOT, config_lib.COMPACT}
   if unknown:
     raise ValueError(f"sweep modes: expected snapshot and/or compact, got {sorted(unknown)}")
@@ -810,8 +810,7 @@ flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
 flags.DEFINE_list("sweep_tiles", list(DEFAULT_TILE_VARIANTS),
-                  "verify tiles of the sweep suite, "
-                  "block_p:num_warps:n_cols[:num_stages[:heads_per_program]]")
+                  "verify tiles of the sweep suite, block_p:num_warps:n_cols[:num_stages]")
 flags.DEFINE_string("breakdown_tiles", "",
                     "chunked-prefill tiles of the breakdown suite, tiles.ChunkTiles fields "
                     "joined by ':' as in --chunk_variants (default: the table's)")

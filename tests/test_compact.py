@@ -214,36 +214,6 @@ class CompactChecks:
     assert_bitwise(ys[0], y, "converted")
     assert_bitwise(ys[0], y_cont, "continuing in place")
 
-  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-  def test_heads_per_program_changes_no_bit(self, mode):
-    """SSM programs that run several heads in turn give every head's y, states and window
-    bitwise as one head per program: a padding entry, an invalid state_row, num_rows below
-    R, and a call with rows beyond capacity (a body segment) included."""
-    import dataclasses
-    cfg = small_cfg(mode=mode)
-    p = m.random_params(cfg, 9)
-    base = m.tile_config(cfg)
-    out = {}
-    for hpp in (1, 2, cfg.nheads):
-      tiles = dataclasses.replace(base, heads_per_program=hpp)
-      state = m.init_state(cfg, 3, jnp.float32)
-      rng = np.random.default_rng(90)
-      ys = []
-      for R, rows, ci, nr in ((8, [0, 0, 0], [0, 1, 2], [8, 5, 8]),
-                              (8, [6, 3, 9], [0, -1, 2], [7, 8, 8]),
-                              (13, [2, 0, 0], [0, 1, 2], [13, 13, 9])):
-        xbc, dt = inputs(cfg, 3, R, rng=rng)
-        y, state = dispatch.kernel_call(cfg, self.backend, p, state, status.call_args(
-            xbc, dt, jnp.asarray(rows, jnp.int32), None, jnp.asarray(ci, jnp.int32),
-            jnp.asarray(nr, jnp.int32)), tiles)
-        ys.append(np.asarray(y))
-      out[hpp] = ys, state
-    for hpp in (2, cfg.nheads):
-      for k, (a, b) in enumerate(zip(out[1][0], out[hpp][0])):
-        assert_bitwise(a, b, f"heads_per_program={hpp}: y of call {k}")
-      for name, a, b in zip(out[1][1]._fields, out[1][1], out[hpp][1]):
-        assert_bitwise(a, b, f"heads_per_program={hpp}: state.{name}")
-
   @pytest.mark.parametrize("variant", [dict(n_cols=8), dict(block_p=4), dict(num_warps=2)])
   def test_modes_agree_bitwise_at_other_tiles(self, variant):
     """Other tiles change the order of the products' sums, the same in both modes: the

@@ -36,8 +36,6 @@ class TileConfig:
     n_cols: columns of the state's chunks (at most N).
     block_c: conv channels per conv program.
     prep_warps: warps per conv program.
-    heads_per_program: heads an SSM program runs in turn, loading the next one's state while
-      it works on the current one (a power of two dividing H; 1: one head per program).
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1.
@@ -49,21 +47,18 @@ class TileConfig:
   n_cols: int = 64
   block_c: int = 128
   prep_warps: int = 4
-  heads_per_program: int = 1
 
   def __post_init__(self):
-    _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols",
-                                "heads_per_program"))
+    _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
-    """A copy with `block_p:num_warps:n_cols[:num_stages[:heads_per_program]]` from `text`."""
-    fields = ("block_p", "num_warps", "n_cols", "num_stages", "heads_per_program")
+    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`."""
+    fields = ("block_p", "num_warps", "n_cols", "num_stages")
     values = text.split(":")
-    if not 3 <= len(values) <= 5:
-      raise ValueError("tiles: expected block_p:num_warps:n_cols[:num_stages[:heads_per_program]]"
-                       f", got {text!r}")
+    if not 3 <= len(values) <= 4:
+      raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages], got {text!r}")
     return dataclasses.replace(self, **{f: int(v) for f, v in zip(fields, values)})
 
 

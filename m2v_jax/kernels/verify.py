@@ -76,11 +76,6 @@ class Plan:
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
 
   @property
-  def heads_per_program(self) -> int:
-    """Heads per SSM program, dividing H."""
-    return tiles_lib.pow2_divisor(self.cfg.nheads, self.tiles.heads_per_program)
-
-  @property
   def n_cols(self) -> int:
     """Columns per chunk of the SSM program's state, at most N."""
     return min(self.tiles.n_cols, self.cfg.dstate)

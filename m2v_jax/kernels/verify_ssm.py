@@ -24,8 +24,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
                 origin_ref=None, ssm_out_ref, pend_out_ref=None, starts_out_ref=None,
                 origin_out_ref=None, y_ref=None, plan):
-  """Fold, y and states of [block_p, N] state tiles of heads_per_program heads in turn, grid
-  (P / block_p, H / heads_per_program, B).
+  """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
 
   Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
@@ -49,96 +48,84 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
   fma = backend.fma(plan.interpret)
   triton = not plan.interpret
 
-  pid_p, pid_h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  HPP = plan.heads_per_program
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
   e = status.safe_entry(entry, plan.E)
   n_fold = fold_ref[b]
   valid, pad, n_fold = n_fold >= 0, entry == -1, jnp.maximum(n_fold, 0)
   n = jnp.clip(n_ref[b], 0, R)
+  g = h // cfg.heads_per_group
+  A, D = -jnp.exp(alog_ref[h]), d_ref[h]
   ps = pl.ds(pid_p * BP, BP)
+  xcols = pl.ds(h * P + pid_p * BP, BP)
+  bcols = [pl.ds(HP + g * N + c.start, NC) for c in chunks]
   kt = lax.broadcasted_iota(jnp.int32, (KT,), 0)
-  slot = () if plan.compact else (row_ref[b],)
 
-  def load_state(h):
-    return [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
+  def row(src_ref, dt_ref, *at):
+    """One row's x [BP, 1], B chunks [1, NC] (float32) and processed dt."""
+    lead, r = at[:-1], at[-1]
+    x = src_ref[lead + (r, xcols)].astype(f32)[:, None]
+    bm = [src_ref[lead + (pl.ds(r, 1), c)].astype(f32) for c in bcols]
+    return x, bm, dt_ref[lead + (r, h)]
 
-  def head(h, S=None):
-    """Fold, y and states of head h; loads its state after the kept rows unless given S."""
-    g = lax.div(h, jnp.int32(cfg.heads_per_group))   # h >= 0
-    A, D = -jnp.exp(alog_ref[h]), d_ref[h]
-    xcols = pl.ds(h * P + pid_p * BP, BP)
-    bcols = [pl.ds(HP + g * N + c.start, NC) for c in chunks]
+  def update(S, x, bm, dtv):
+    dtx = dtv * x
+    da = jnp.exp(dtv * A)
+    return [rowmath.state_update(s, da, dtx, bc, fma) for s, bc in zip(S, bm)]
 
-    def row(src_ref, dt_ref, *at):
-      """One row's x [BP, 1], B chunks [1, NC] (float32) and processed dt."""
-      lead, r = at[:-1], at[-1]
-      x = src_ref[lead + (r, xcols)].astype(f32)[:, None]
-      bm = [src_ref[lead + (pl.ds(r, 1), c)].astype(f32) for c in bcols]
-      return x, bm, dt_ref[lead + (r, h)]
+  def rounded(S):                      # as a store then a load would give it
+    return [rowmath.stored(s, plan.state_dtype, triton) for s in S]
 
-    def update(S, x, bm, dtv):
-      dtx = dtv * x
-      da = jnp.exp(dtv * A)
-      return [rowmath.state_update(s, da, dtx, bc, fma) for s, bc in zip(S, bm)]
+  def store_state(S, *slot):
+    for c, s in zip(chunks, S):
+      ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
-    def rounded(S):                      # as a store then a load would give it
-      return [rowmath.stored(s, plan.state_dtype, triton) for s in S]
+  def segment_tiles(t0, L):
+    """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts."""
+    rows = (b, pl.ds(t0, KT))
+    x = xr_ref[rows + (xcols,)].astype(f32)
+    bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
+    cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
+    return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
 
-    def store_state(S, *slot):
-      for c, s in zip(chunks, S):
-        ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
+  def segment_y(S, t0, L, tiles=None):
+    """Stores y of rows t0 .. t0 + L - 1 from their start state S (0 past num_rows, gated)."""
+    x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
+    live = (kt < L) & (t0 + kt < n)
+    cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
+    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum)  # [BP, KT]
+    if not body and R == KT and not plan.has_z:
+      y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
+      return
+    cols = lax.broadcasted_iota(jnp.int32, (BP, KT), 1)
+    for t in range(L):
+      yt = jnp.sum(jnp.where(cols == t, y, 0.0), axis=1)
+      if plan.has_z:
+        yt = rowmath.gate(yt, z_ref[b, t0 + t, xcols].astype(f32))
+      y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
 
-    def segment_tiles(t0, L):
-      """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts."""
-      rows = (b, pl.ds(t0, KT))
-      x = xr_ref[rows + (xcols,)].astype(f32)
-      bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
-      cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
-      return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
+  def new_rows(S, t0, L, store):
+    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead."""
+    def ahead(i):
+      return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
 
-    def segment_y(S, t0, L, tiles=None):
-      """Stores y of rows t0 .. t0 + L - 1 from their start state S (0 past num_rows, gated)."""
-      x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
-      live = (kt < L) & (t0 + kt < n)
-      cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
-      y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum)  # [BP, KT]
-      if not body and R == KT and not plan.has_z:
-        y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
-        return
-      cols = lax.broadcasted_iota(jnp.int32, (BP, KT), 1)
-      for t in range(L):
-        yt = jnp.sum(jnp.where(cols == t, y, 0.0), axis=1)
-        if plan.has_z:
-          yt = rowmath.gate(yt, z_ref[b, t0 + t, xcols].astype(f32))
-        y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
+    def step(i, carry):
+      S, cur = carry
+      loaded = ahead(i + 1)
+      S = update(S, *cur)
+      if store:
+        store(S, i)
+      return S, loaded
 
-    def new_rows(S, t0, L, store):
-      """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead."""
-      def ahead(i):
-        return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
+    return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
 
-      def step(i, carry):
-        S, cur = carry
-        loaded = ahead(i + 1)
-        S = update(S, *cur)
-        if store:
-          store(S, i)
-        return S, loaded
-
-      if HPP > 1 and not isinstance(L, jax.Array):   # unrolled: the head loop stays innermost
-        for i in range(L):
-          S = update(S, *row(xr_ref, dtr_ref, b, t0 + i))
-          if store:
-            store(S, i)
-        return S
-      return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
-
+  @pl.when(valid)
+  def _run():
     L = min(R, cap)
     # The kept segment's rows do not depend on the state: their loads go out first.
     kept = segment_tiles(body, L) if R and not body else None
-    if S is None:
-      S = load_state(h)
+    slot = () if plan.compact else (row_ref[b],)
+    S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
       last = jnp.maximum(n_fold - 1, 0)
@@ -154,13 +141,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         loaded = ring(r + FOLD_AHEAD)
         return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
 
-      if HPP > 1 and not cfg.deferred:
-        for r in range(cfg.window_rows):
-          S = [jnp.where(r < n_fold, u, s_) for u, s_ in zip(update(S, *ring(r)), S)]
-        S = rounded(S)
-      else:
-        carry = (S,) + tuple(ring(r) for r in range(FOLD_AHEAD))
-        S = rounded(lax.fori_loop(0, n_fold, fold_row, carry)[0])
+      carry = (S,) + tuple(ring(r) for r in range(FOLD_AHEAD))
+      S = rounded(lax.fori_loop(0, n_fold, fold_row, carry)[0])
       flush = status.flushes(cfg, R, n_fold, n)
       if not body:
         pl.when((n_fold > 0) & flush)(lambda: store_state(S))
@@ -195,34 +177,16 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         pl.when(body + i < n)(lambda: store_state(S, i))
       new_rows(S, body, L, store_slot)
 
-  @pl.when(valid)
-  def _run():
-    if HPP == 1:
-      head(pid_h)
-      return
-    h0 = pid_h * HPP
-
-    def step(j, c):                    # the state load inside: the pipeliner may stage it
-      head(h0 + j)
-      return c
-
-    lax.fori_loop(0, HPP, step, 0)
-
   if R:
     @pl.when(~valid)
     def _fill():
       fill = jnp.where(pad, jnp.zeros((BP,), f32), jnp.full((BP,), jnp.nan, f32))
 
-      def fill_head(j, c):
-        cols = pl.ds((pid_h * HPP + j) * P + pid_p * BP, BP)
+      def fill_row(i, c):
+        y_ref[b, i, xcols] = fill.astype(y_ref.dtype)
+        return c
 
-        def fill_row(i, c):
-          y_ref[b, i, cols] = fill.astype(y_ref.dtype)
-          return c
-
-        return lax.fori_loop(0, R, fill_row, c)
-
-      lax.fori_loop(0, HPP, fill_head, 0)
+      lax.fori_loop(0, R, fill_row, 0)
 
 
 def ssm(plan, params, state, prepped, args):
@@ -252,7 +216,7 @@ def ssm(plan, params, state, prepped, args):
                    y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
       aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
                    starts_ref="starts_out_ref", origin_ref="origin_out_ref"),
-      grid=(P // plan.block_p, H // plan.heads_per_program, plan.B),  # a sequence's heads in turn
+      grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
       name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
