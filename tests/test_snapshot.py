@@ -57,6 +57,23 @@ def test_verify_checked_reports_an_entry_shared_by_two_sequences():
   assert ok.get() is None
 
 
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_a_scalar_state_row_applies_to_every_sequence(mode):
+  """verify, verify_checked and invalid_sequences take a scalar state_row as verify does."""
+  cfg = small_cfg(mode=mode)
+  p = m.random_params(cfg, 21)
+  xbc, dt = inputs(cfg, 2, 4)
+  fresh = lambda: m.init_state(cfg, 2, jnp.float32)      # verify donates the pool
+  y, _ = m.verify(cfg, p, fresh(), xbc, dt, 0, backend="reference")
+  y_c, _, err = m.verify_checked(cfg, p, fresh(), xbc, dt, 0, backend="reference")
+  assert err.get() is None
+  assert_bitwise(y_c, y, "verify_checked")
+  bad = m.invalid_sequences(cfg, fresh(), 0, 4)
+  assert bad.shape == (2,) and not np.any(np.asarray(bad))
+  bad = m.invalid_sequences(cfg, fresh(), 9, 4, cache_indices=jnp.asarray([1, -1], jnp.int32))
+  np.testing.assert_array_equal(np.asarray(bad), [True, False])
+
+
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks a machine without a GPU")
 def test_pallas_without_a_gpu_names_the_backends_that_work():
   cfg = small_cfg()
