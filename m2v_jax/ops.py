@@ -142,15 +142,16 @@ def convert_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, stat
 def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indices=None,
                       num_rows=None):
   """[B] bool on the device: the sequences a call of R rows would reject (padding excluded),
-  shared entries included. A scalar `state_row` or `num_rows` applies to every sequence; B is
-  that of `cache_indices`, else of `state_row`, else the pool's E (as `committed_state`)."""
+  shared entries included. A host scalar `state_row` or `num_rows` applies to every sequence;
+  B is the length of `cache_indices`, else of `state_row`, else the pool's E."""
   if cache_indices is not None:
     B = np.shape(cache_indices)[0]
   else:
     B = np.shape(state_row)[0] if np.ndim(state_row) else state.ssm.shape[0]
-  broadcast = lambda v: None if v is None else jnp.broadcast_to(jnp.asarray(v, jnp.int32), (B,))
-  args = status.call_args(None, None, broadcast(state_row), cache_indices=cache_indices,
-                          num_rows=broadcast(num_rows), R=R)
+  per_sequence = lambda v: (np.full((B,), v, np.int32)
+                            if v is not None and checks.is_host(v) and np.ndim(v) == 0 else v)
+  args = status.call_args(None, None, per_sequence(state_row), cache_indices=cache_indices,
+                          num_rows=per_sequence(num_rows), R=R)
   _, valid, pad = status.entry_status(cfg, state, R, args)
   return ~valid & ~pad | status.shared_entries(args.cache_indices)
 
@@ -162,10 +163,11 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   Returns (y, new_state, err); `err.throw()` raises, `err.get()` gives the message or None
   (a device-to-host read). Raises as `verify`.
   """
-  rows, ci, nr = checks.call(cfg, params, state, xbc, dt, state_row, kwargs.get("z"),
-                             kwargs.get("cache_indices"), kwargs.get("num_rows"), verify=True)
+  rows, entries, nr = checks.call(cfg, params, state, xbc, dt, state_row, kwargs.get("z"),
+                                  kwargs.get("cache_indices"), kwargs.get("num_rows"),
+                                  verify=True)
   R = xbc.shape[1]
-  args = status.call_args(None, None, rows, cache_indices=ci, num_rows=nr, R=R)
+  args = status.call_args(None, None, rows, cache_indices=entries, num_rows=nr, R=R)
   _, valid, pad = status.entry_status(cfg, state, R, args)
   ci = args.cache_indices
   repeated = status.shared_entries(ci)

@@ -58,20 +58,28 @@ def test_verify_checked_reports_an_entry_shared_by_two_sequences():
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_a_scalar_state_row_applies_to_every_sequence(mode):
-  """verify, verify_checked and invalid_sequences take a scalar state_row as verify does."""
+def test_a_host_scalar_state_row_applies_to_every_sequence(mode):
+  """verify_checked and invalid_sequences take a host scalar state_row (and num_rows) as
+  verify does; B comes from cache_indices, else from the pool (E=3 here, 2 sequences)."""
   cfg = small_cfg(mode=mode)
   p = m.random_params(cfg, 21)
   xbc, dt = inputs(cfg, 2, 4)
-  fresh = lambda: m.init_state(cfg, 2, jnp.float32)      # verify donates the pool
-  y, _ = m.verify(cfg, p, fresh(), xbc, dt, 0, backend="reference")
-  y_c, _, err = m.verify_checked(cfg, p, fresh(), xbc, dt, 0, backend="reference")
+  ci = jnp.asarray([2, 0], jnp.int32)
+  fresh = lambda: m.init_state(cfg, 3, jnp.float32)      # verify donates the pool
+  _, _, err = m.verify_checked(cfg, p, fresh(), xbc, dt, 0, cache_indices=ci, num_rows=3,
+                               backend="reference")
   assert err.get() is None
-  assert_bitwise(y_c, y, "verify_checked")
-  bad = m.invalid_sequences(cfg, fresh(), 0, 4)
-  assert bad.shape == (2,) and not np.any(np.asarray(bad))
-  bad = m.invalid_sequences(cfg, fresh(), 9, 4, cache_indices=jnp.asarray([1, -1], jnp.int32))
-  np.testing.assert_array_equal(np.asarray(bad), [True, False])
+  with pytest.raises(ValueError, match=r"state_row\[0\]=9"):
+    m.verify_checked(cfg, p, fresh(), xbc, dt, 9, cache_indices=ci, backend="reference")
+  np.testing.assert_array_equal(np.asarray(m.invalid_sequences(cfg, fresh(), 0, 4)),
+                                [False, False, False])
+  np.testing.assert_array_equal(
+      np.asarray(m.invalid_sequences(cfg, fresh(), 9, 4, cache_indices=ci)), [True, True])
+  np.testing.assert_array_equal(
+      np.asarray(m.invalid_sequences(cfg, fresh(), 0, 4, cache_indices=ci, num_rows=5)),
+      [True, True])
+  with pytest.raises(ValueError, match="state_row: expected shape"):
+    m.verify(cfg, p, fresh(), xbc, dt, jnp.int32(0), cache_indices=ci, backend="reference")
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks a machine without a GPU")

@@ -1,8 +1,8 @@
 """Offline probe: does Triton's pipeliner stage a head loop's state loads through shared memory?
 
 Lowers a Pallas kernel whose programs each loop over 16 heads of [64, 128] float32 states, at
-num_stages 1-3, compiles it with upstream Triton for sm_90 (`tools/sass.py`) and counts the
-asynchronous copies (cp.async, LDGSTS). `--dot` consumes each state in a tensor-core product;
+num_stages 1-3, compiles it with upstream Triton for sm_90 (`tools/sass.py`; `pip install triton`, not a
+dependency) and counts the asynchronous copies (cp.async, LDGSTS) and plain global loads. `--dot` consumes each state in a tensor-core product;
 without it the state is used elementwise only.
 
     PYTHONPATH=. python tools/pipeline_probe.py --dot
@@ -10,10 +10,13 @@ without it the state is used elementwise only.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 from absl import app, flags
 from jax import lax
+from jax.experimental import pallas as pl
 
 from m2v_jax.kernels import backend
 from tools import sass
@@ -26,7 +29,7 @@ HEADS, P, N, GROUPS = 16, 64, 128, 8
 
 def _kernel(s_ref, c_ref, o_ref, y_ref, *, dot):
   """s_ref, o_ref [GROUPS * HEADS, P, N] f32; c_ref [GROUPS, N]; y_ref [GROUPS, P]."""
-  g = jax.experimental.pallas.program_id(0)
+  g = pl.program_id(0)
   c = c_ref[g, :]
 
   def head(j, acc):
@@ -61,7 +64,7 @@ def main(argv):
         fh.write(ir)
       _, ptx, listing, usage = sass.compile_sm90(path, warps, st)
       print(f"{name} (dot={FLAGS.dot}): {usage}; cp.async in PTX: {ptx.count('cp.async')}, "
-            f"LDGSTS: {listing.count('LDGSTS')}, LDG: {listing.count('LDG')}")
+            f"LDGSTS: {listing.count('LDGSTS')}, plain LDG: {len(re.findall(r'LDG\.', listing))}")
 
 
 if __name__ == "__main__":
