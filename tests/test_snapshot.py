@@ -1,5 +1,9 @@
 """Snapshot-mode kernels (interpret mode on CPU, compiled on a GPU) against the reference."""
 
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -55,6 +59,24 @@ def test_verify_checked_reports_an_entry_shared_by_two_sequences():
                               cache_indices=jnp.asarray([2, 0, 3], jnp.int32),
                               backend="reference")
   assert ok.get() is None
+
+
+def test_a_second_call_of_the_same_shapes_traces_nothing():
+  """In a fresh process, two verify calls of the same shapes trace and compile once: the
+  setting that the first Pallas lowering adds to JAX's tracing context is registered at
+  import."""
+  code = textwrap.dedent("""
+      import jax.numpy as jnp, numpy as np, m2v_jax as m
+      from m2v_jax import dispatch
+      cfg = m.Mamba2Config(nheads=4, headdim=8, dstate=16, ngroups=2)
+      p, st = m.random_params(cfg, 0), m.init_state(cfg, 2, jnp.float32)
+      xbc, dt = jnp.zeros((2, 4, cfg.conv_dim)), jnp.zeros((2, 4, 4))
+      for _ in range(2):
+        y, st = m.verify(cfg, p, st, xbc, dt, np.zeros(2, np.int32), backend="interpret")
+      print(dispatch.call._cache_size())
+      """)
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  assert out.stdout.split()[-1] == "1", out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])

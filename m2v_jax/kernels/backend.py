@@ -14,6 +14,13 @@ from jax.experimental.pallas import triton as plt
 
 from m2v_jax.kernels import rowmath
 
+# The first Pallas lowering imports the fuser, whose import adds a setting to JAX's tracing
+# context; imported here, before anything is traced, it leaves jitted calls traced once.
+try:
+  import jax.experimental.pallas.fuser  # noqa: F401
+except ImportError:
+  pass
+
 
 DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
 
