@@ -1,9 +1,10 @@
 """Offline probe: does Triton's pipeliner stage a head loop's state loads through shared memory?
 
 Lowers a Pallas kernel whose programs each loop over 16 heads of [64, 128] float32 states, at
-num_stages 1-3, compiles it with upstream Triton for sm_90 (`tools/sass.py`; `pip install triton`, not a
-dependency) and counts the asynchronous copies (cp.async, LDGSTS) and plain global loads. `--dot` consumes each state in a tensor-core product;
-without it the state is used elementwise only.
+num_stages 1-3, compiles it with upstream Triton for sm_90 (`tools/sass.py`; `pip install
+triton`, not a dependency) and counts the asynchronous copies (cp.async, LDGSTS) and the plain
+global loads. `--dot` consumes each state in a tensor-core product; without it the state is
+used elementwise only.
 
     PYTHONPATH=. python tools/pipeline_probe.py --dot
 """
@@ -63,8 +64,9 @@ def main(argv):
       with open(path, "w") as fh:
         fh.write(ir)
       _, ptx, listing, usage = sass.compile_sm90(path, warps, st)
+      plain = len(re.findall(r"LDG\.", listing))
       print(f"{name} (dot={FLAGS.dot}): {usage}; cp.async in PTX: {ptx.count('cp.async')}, "
-            f"LDGSTS: {listing.count('LDGSTS')}, plain LDG: {len(re.findall(r'LDG\.', listing))}")
+            f"LDGSTS: {listing.count('LDGSTS')}, plain LDG: {plain}")
 
 
 if __name__ == "__main__":
