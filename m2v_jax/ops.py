@@ -158,7 +158,8 @@ def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indi
 
 def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt,
                    state_row, **kwargs):
-  """`verify` plus a `checkify.Error` naming the first rejected sequence or a shared entry.
+  """`verify` plus a `checkify.Error` naming the first rejected sequence and its cause (an entry
+  outside the pool, num_rows outside [1, R], or state_row), or an entry that two sequences share.
 
   Returns (y, new_state, err); `err.throw()` raises, `err.get()` gives the message or None
   (a device-to-host read). Raises as `verify`.
@@ -169,26 +170,35 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   R = xbc.shape[1]
   args = status.call_args(None, None, rows, cache_indices=entries, num_rows=nr, R=R)
   _, valid, pad = status.entry_status(cfg, state, R, args)
-  ci = args.cache_indices
+  ci, n, E = args.cache_indices, args.num_rows, state.ssm.shape[0]
   repeated = status.shared_entries(ci)
-  bad = ~valid & ~pad & ~repeated           # shared entries: reported by the second check
+  bad = ~valid & ~pad & ~repeated           # shared entries: reported by the last check
   first = jnp.argmax(bad).astype(jnp.int32)
-  row = args.state_row[first]
+  row, entry, rows_n = args.state_row[first], ci[first], n[first]
   if cfg.compact:
-    entry = jnp.clip(ci[first], 0, state.ssm.shape[0] - 1)
-    pend = state.pending[entry] - status.last_call_start(state.starts[entry])
+    safe = jnp.clip(entry, 0, E - 1)
+    pend = state.pending[safe] - status.last_call_start(state.starts[safe])
   else:
     pend = jnp.int32(cfg.capacity)
+  # The first failing cause of the first rejected sequence: entry, num_rows, state_row.
+  cause = jnp.where((entry < 0) | (entry >= E), 0, jnp.where((rows_n < 1) | (rows_n > R), 1,
+                                                              jnp.where(pend > 0, 2, 3)))
+  cause = jnp.where(jnp.any(bad), cause, -1)
   dup = jnp.argmax(repeated).astype(jnp.int32)
 
-  def check(b, r, p, d, e):
-    checkify.check(b < 0, "state_row rejected for sequence {s}: state_row={r}, allowed "
-                   "0 <= state_row < {p} (or exactly 0 with nothing pending), or its "
-                   "cache entry / num_rows is out of range", s=b, r=r, p=p)
+  def check(c, s, r, p, e, k, d, de):
+    checkify.check(c != 0, f"cache_indices: sequence {{s}} addresses entry {{e}}, outside the "
+                   f"pool's {E} entries (rejected)", s=s, e=e)
+    checkify.check(c != 1, f"num_rows: sequence {{s}} has num_rows={{k}}, outside [1, R={R}] "
+                   "(rejected)", s=s, k=k)
+    checkify.check(c != 2, "state_row rejected for sequence {s}: state_row={r}, allowed "
+                   "0 <= state_row < {p}", s=s, r=r, p=p)
+    checkify.check(c != 3, "state_row rejected for sequence {s}: state_row={r}, but nothing is "
+                   "pending for its entry, so state_row must be 0", s=s, r=r)
     checkify.check(d < 0, "cache_indices: sequence {d} addresses pool entry {e}, which "
-                   "another sequence of the call addresses too (all of them rejected)", d=d, e=e)
+                   "another sequence of the call addresses too (all of them rejected)", d=d, e=de)
 
-  err, _ = checkify.checkify(check)(jnp.where(jnp.any(bad), first, -1), row, pend,
+  err, _ = checkify.checkify(check)(cause, first, row, pend, entry, rows_n,
                                     jnp.where(jnp.any(repeated), dup, -1), ci[dup])
   y, new_state = verify(cfg, params, state, xbc, dt, state_row, **kwargs)
   return y, new_state, err

@@ -61,6 +61,35 @@ def test_verify_checked_reports_an_entry_shared_by_two_sequences():
   assert ok.get() is None
 
 
+@pytest.mark.parametrize("mode,case,message", [
+    ("snapshot", "entry", "cache_indices: sequence 1 addresses entry 7, outside the pool's 2 "
+     "entries"),
+    ("compact", "num_rows", r"num_rows: sequence 1 has num_rows=0, outside \[1, R=4\]"),
+    ("compact", "state_row", "state_row rejected for sequence 1: state_row=2, but nothing is "
+     "pending for its entry, so state_row must be 0"),
+    ("snapshot", "state_row", "state_row rejected for sequence 1: state_row=9, allowed "
+     "0 <= state_row < 8"),
+])
+def test_verify_checked_names_the_cause(mode, case, message):
+  """Device-side bad input: verify_checked's error names the sequence and the cause, and the
+  rejected sequence's entry is left as it was."""
+  cfg = small_cfg(mode=mode)
+  p = m.random_params(cfg, 22)
+  xbc, dt = inputs(cfg, 2, 4)
+  state = m.init_state(cfg, 2, jnp.float32)
+  before = copy_state(state)
+  i32 = lambda v: jnp.asarray(v, jnp.int32)
+  kwargs = dict(entry=dict(cache_indices=i32([0, 7])), num_rows=dict(num_rows=i32([4, 0])),
+                state_row=dict())[case]
+  rows = i32([0, 9 if mode == "snapshot" else 2] if case == "state_row" else [0, 0])
+  _, new, err = m.verify_checked(cfg, p, state, xbc, dt, rows, backend="reference", **kwargs)
+  with pytest.raises(Exception, match=message):
+    err.throw()
+  if case != "entry":                       # entry 1 belongs to the rejected sequence
+    for name, a, b in zip(new._fields, new, before):
+      assert_bitwise(np.asarray(a)[1], np.asarray(b)[1], f"state.{name} of the rejected entry")
+
+
 def test_a_second_call_of_the_same_shapes_traces_nothing():
   """In a fresh process, two verify calls of the same shapes trace and compile once: the
   setting that the first Pallas lowering adds to JAX's tracing context is registered at
