@@ -241,7 +241,7 @@ def committed(params, state, args: CallArgs, *, cfg, backend):
   safe, valid, pad = status.entry_status(cfg, state, 0, args)
   # Fold a gathered copy of the B entries: folding the undonated pool would copy all E.
   sub = CompactState(*(leaf[safe] for leaf in state))
-  own = jnp.where((ci >= 0) & (ci < E), jnp.arange(B, dtype=jnp.int32), -2)
+  own = jnp.where(status.in_pool(ci, E), jnp.arange(B, dtype=jnp.int32), -2)
   folded = fold(cfg, backend, params, sub, args._replace(cache_indices=own))
   return (reference.mask_invalid(folded.ssm.astype(f32), valid, pad),
           reference.mask_invalid(folded.conv, valid, pad))

@@ -181,8 +181,8 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   else:
     pend = jnp.int32(cfg.capacity)
   # The first failing cause of the first rejected sequence: entry, num_rows, state_row.
-  cause = jnp.where((entry < 0) | (entry >= E), 0, jnp.where((rows_n < 1) | (rows_n > R), 1,
-                                                              jnp.where(pend > 0, 2, 3)))
+  cause = jnp.where(~status.in_pool(entry, E), 0,
+                    jnp.where(~status.rows_ok(rows_n, R), 1, jnp.where(pend > 0, 2, 3)))
   cause = jnp.where(jnp.any(bad), cause, -1)
   dup = jnp.argmax(repeated).astype(jnp.int32)
 

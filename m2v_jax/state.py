@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from m2v_jax import config as config_lib
+from m2v_jax import status
 
 ACTIVATION_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 STATE_DTYPES = ACTIVATION_DTYPES          # SSM state storage; the math is float32
@@ -157,7 +158,7 @@ def reset_entries(state: State, entries, ssm=None, conv=None) -> State:
   entries = jnp.asarray(entries, jnp.int32)
   n = entries.shape[0]
   E = state.ssm.shape[0]
-  target = jnp.where((entries >= 0) & (entries < E), entries, E)    # -1 (padding): no entry
+  target = jnp.where(status.in_pool(entries, E), entries, E)       # -1 (padding): no entry
   out = []
   for name, leaf in zip(type(state)._fields, state):
     fresh = jnp.zeros((n,) + leaf.shape[1:], leaf.dtype)

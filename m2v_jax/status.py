@@ -56,6 +56,16 @@ def _indices(state_row, cache_indices, num_rows, *, R: int):
   return state_row, ci, nr
 
 
+def in_pool(entry, E: int):
+  """Whether pool index `entry` is one of the E entries (-1, padding, is not)."""
+  return (entry >= 0) & (entry < E)
+
+
+def rows_ok(n, R: int):
+  """Whether `num_rows` n fits a call of R rows: [1, R], or 0 for a fold (R = 0)."""
+  return (n >= 1) & (n <= R) if R else (n == 0)
+
+
 def row_ok(compact: bool, cap: int, row, pending, xp=jnp, first=0):
   """Valid `state_row`: snapshot [0, cap); compact [0, pending - first), or 0 with none pending."""
   if compact:
@@ -85,13 +95,11 @@ def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pend
   Returns:
     (valid, pad, n_replay): runs, padding, window rows to fold first (in [0, W]).
   """
-  in_pool = (entry >= 0) & (entry < E)
   first = 0 if starts is None or not compact else last_call_start(starts, xp)
   row_valid = row_ok(compact, cap, row, pending, xp, first)
   n_replay = (rows_to_replay(cap if W is None else W, row, pending, xp, first) if compact
               else xp.zeros_like(row))
-  n_ok = (n >= 1) & (n <= R) if R else (n == 0)
-  return in_pool & row_valid & n_ok, entry == -1, n_replay
+  return in_pool(entry, E) & row_valid & rows_ok(n, R), entry == -1, n_replay
 
 
 def rows_to_replay(W: int, row, pending, xp=jnp, first=0):
@@ -128,7 +136,7 @@ def ring_origin(cfg, origin, n_replay, flush, xp=jnp):
 
 def safe_entry(entry, E: int):
   """`entry` if in [0, E), else 0 (then only masked work uses it)."""
-  return jnp.where((entry >= 0) & (entry < E), entry, 0)
+  return jnp.where(in_pool(entry, E), entry, 0)
 
 
 def entry_status(cfg, state, R: int, args: CallArgs):
