@@ -266,14 +266,18 @@ def _inputs(cfg, B, R, dtype, seed=0):
   return xbc, dt
 
 
-def verify_fn(cfg, B, R, state_row, backend, tiles=None, chunked=False, chunk_tiles=None):
-  """`(state, params, xbc, dt) -> (state, y)` for one verify/prefill call (kernels or
-  reference)."""
-  rows = jnp.broadcast_to(jnp.asarray(state_row, jnp.int32), (B,))
-  ci = jnp.arange(B, dtype=jnp.int32)
-  nr = jnp.full((B,), R, jnp.int32)
+def index_args(B, R, state_row):
+  """(state_row, cache_indices, num_rows), [B] int32 device arrays, for `verify_fn`: passed as
+  arguments, since XLA materializes such constants with a kernel of their own in every call."""
+  return (jnp.asarray(np.broadcast_to(np.asarray(state_row, np.int32), (B,))),
+          jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32))
 
-  def fn(state, params, xbc, dt, call=None):
+
+def verify_fn(cfg, backend, tiles=None, chunked=False, chunk_tiles=None):
+  """`(state, params, xbc, dt, *index_args(...)) -> (state, y)` for one verify/prefill call
+  (kernels or reference)."""
+
+  def fn(state, params, xbc, dt, rows, ci, nr, call=None):
     del call
     args = status.call_args(xbc, dt, rows, None, ci, nr)
     if backend == config_lib.REFERENCE:
@@ -332,13 +336,13 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
       print(f"dense SSD baseline: {type(err).__name__}: {err}; using Precision.HIGHEST")
       fn = dense_ssd_fn(cfg, precision=lax.Precision.HIGHEST)
   else:
-    fn = verify_fn(cfg, B, R, state_row, backend, tiles, chunked, chunk_tiles)
+    fn = verify_fn(cfg, backend, tiles, chunked, chunk_tiles)
   warm = None
   if cfg.replay_mode == config_lib.COMPACT:
     wx, wd = _inputs(cfg, B, cfg.capacity, dtype, seed=1)
-    warm_call = jax.jit(verify_fn(cfg, B, cfg.capacity, 0, config_lib.REFERENCE),
-                        donate_argnums=0)
-    warm = lambda s: warm_call(s, params, wx, wd)[0]
+    warm_call = jax.jit(verify_fn(cfg, config_lib.REFERENCE), donate_argnums=0)
+    warm_idx = index_args(B, cfg.capacity, 0)
+    warm = lambda s: warm_call(s, params, wx, wd, *warm_idx)[0]
     if not pending:
       window_state = (0, 0)
     if window_state is not None:
@@ -352,7 +356,8 @@ def verify_case(cfg, B, R, state_row, banks, dtype=jnp.bfloat16, backend=None,
   name = name or f"{cfg.replay_mode} B={B} R={R} row={row_txt} {kind}"
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype), banks,
                    nbytes=call_bytes(cfg, B, R, state_row, dtype), warm_fn=warm,
-                   min_calls=min_calls, args=(params, xbc, dt),
+                   min_calls=min_calls,
+                   args=(params, xbc, dt) + (() if dense else index_args(B, R, state_row)),
                    flops=ssd_flops(cfg, B, R) if (chunked or dense) else None), (params, xbc, dt)
 
 
@@ -442,20 +447,24 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   rounds = -(-(min_calls or _min_calls) // banks)
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
-  ci = jnp.arange(B, dtype=jnp.int32)
 
-  def fn(state, params, xbc, dt, rows, nrows, call):
+  # Every call's index arrays are arguments of the step (a slice or a constant would cost a
+  # kernel of its own per call, as no serving loop would), checked as the public ops check
+  # device values (shared entries rejected on the device).
+  def fn(state, params, xbc, dt, rows, nrows, ci, call):
     r, j = call
     y, state = dispatch.call(params, state,
-                             status.call_args(xbc, dt, rows[r, j], None, ci, nrows[r, j]),
-                             cfg=cfg, backend=_backend_name, chunked=False, ragged=False)
+                             status.call_args(xbc, dt, rows[r][j], None, ci, nrows[r][j]),
+                             cfg=cfg, backend=_backend_name, chunked=False, ragged=False,
+                             entries_checked=False)
     return state, y
 
   warm = None
   if cfg.compact:
-    warm_call = jax.jit(verify_fn(cfg, B, R, 0, config_lib.REFERENCE), donate_argnums=0)
+    warm_call = jax.jit(verify_fn(cfg, config_lib.REFERENCE), donate_argnums=0)
     wx, wd = _inputs(cfg, B, R, dtype, seed=1)
-    warm = lambda s: warm_call(s, params, wx, wd)[0]
+    warm_idx = index_args(B, R, 0)
+    warm = lambda s: warm_call(s, params, wx, wd, *warm_idx)[0]
   traffic = window_traffic(cfg, rows, nrows, R) if cfg.compact else None
   nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j],
                                      state_dtype=state_dtype,
@@ -468,7 +477,13 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype, state_dtype=state_dtype),
                    banks,
                    nbytes=nbytes, warm_fn=warm, rounds=rounds,
-                   args=(params, xbc, dt, jnp.asarray(rows), jnp.asarray(nrows)))
+                   args=(params, xbc, dt, _per_call(rows), _per_call(nrows),
+                         jnp.arange(B, dtype=jnp.int32)))
+
+
+def _per_call(table):
+  """[rounds][banks] tuples of [B] device arrays from a [rounds, banks, B] table."""
+  return tuple(tuple(jnp.asarray(v) for v in per_round) for per_round in table)
 
 
 def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(32,),

@@ -90,22 +90,24 @@ def ragged_reference(cfg, params, state, args: CallArgs, host_rows, entries_chec
   return jnp.where(valid[:, None, None] | (ci < 0)[:, None, None], y, jnp.nan), state
 
 
-def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None):
+def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_shared=False):
   """The verify kernels' static `Plan` of a call of R rows (0: a fold) on `state`."""
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
       conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or tiles_lib.tile_config(cfg),
-      interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype))
+      interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype),
+      check_shared=check_shared)
 
 
-def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None):
+def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries_checked=True):
   """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state).
 
-  `tiles` overrides the tile table.
+  `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
+  entries (as `status.reject_shared` would, without a launch of its own).
   """
   B, R, _ = args.xbc.shape
   p = plan(cfg, backend, state, R, B=B, y_dtype=args.xbc.dtype, has_z=args.z is not None,
-           tiles=tiles)
+           tiles=tiles, check_shared=not entries_checked)
   return verify_kernels.run(p, params, state, args)
 
 
@@ -217,15 +219,15 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
   chunked path, `ragged` its per-sequence hand-off at num_rows, `chunk_tiles` its tiles;
   `entries_checked=False` rejects shared entries here.
   """
-  args = _unshared(args, state.ssm.shape[0], entries_checked)
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)
+  if backend != config_lib.REFERENCE and not chunked:
+    return kernel_call(cfg, backend, params, state, args, entries_checked=entries_checked)
+  args = _unshared(args, state.ssm.shape[0], entries_checked)
   if backend == config_lib.REFERENCE:
     fn = reference.compact_call if cfg.compact else reference.snapshot_call
     return fn(cfg, params, state, args)
-  if chunked:
-    return chunked_call(cfg, backend, params, state, args, ragged, tiles=chunk_tiles)
-  return kernel_call(cfg, backend, params, state, args)
+  return chunked_call(cfg, backend, params, state, args, ragged, tiles=chunk_tiles)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend"))

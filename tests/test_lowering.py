@@ -41,6 +41,25 @@ def test_verify_plans_lower_to_triton(mode, R, z):
   assert "tf.aliasing_output" in text                  # and the jit donates them
 
 
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_device_entries_checked_in_the_conv_launch(mode):
+  """With pool entries known only on the device (a serving loop's jitted step), a verify call
+  is its two launches and nothing else: the conv launch rejects shared entries itself. (Odd B:
+  the entry vector is padded to a power of two inside the kernel.)"""
+  import re
+  cfg = m.BOLT.replace(replay_mode=mode)
+
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False, ragged=False,
+                         entries_checked=False)
+
+  text = backend.lower_for_cuda(f, *dispatch.abstract_call_args(cfg, 3, 8), donate_argnums=(1,))
+  assert text.count("__gpu$xla.gpu.triton") == 2
+  ops = set(re.findall(r"stablehlo\.(\w+)", text))
+  assert ops <= {"custom_call", "constant", "optimization_barrier", "output_operand_alias",
+                 "mesh"}, ops
+
+
 @pytest.mark.parametrize("R", [1, 8, 37])
 def test_bf16_products_contract_at_least_16(R):
   """bf16 tensor-core products need k >= 16 (mma k16); with bfloat16 activations every bf16

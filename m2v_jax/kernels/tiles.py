@@ -15,6 +15,11 @@ def _check_powers_of_two(tiles, names) -> None:
       raise ValueError(f"{type(tiles).__name__}.{name}: expected a power of two, got {v}")
 
 
+def next_pow2(n: int) -> int:
+  """The smallest power of two >= n (>= 1)."""
+  return 1 << max(n - 1, 0).bit_length()
+
+
 def pow2_divisor(n: int, cap: int) -> int:
   """Largest power of two that divides n and is <= cap."""
   d = 1

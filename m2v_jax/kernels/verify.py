@@ -28,6 +28,8 @@ class Plan:
     y_dtype, conv_dtype, state_dtype: activation, conv state and SSM state dtypes.
     tiles: launch parameters.
     interpret: Pallas interpret mode.
+    check_shared: reject the sequences whose pool entry another sequence of the call also
+      addresses, in the conv launch (not ruled out on the host).
   """
 
   cfg: config_lib.Mamba2Config
@@ -40,6 +42,7 @@ class Plan:
   tiles: tiles_lib.TileConfig
   interpret: bool
   state_dtype: jnp.dtype = jnp.dtype(jnp.float32)
+  check_shared: bool = False
 
   @property
   def compact(self) -> bool:

@@ -23,8 +23,17 @@ def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
   starts = starts_ref[safe] if plan.compact else jnp.int32(0)
   valid, _, n_fold = status.sequence_status(plan.compact, plan.cap, plan.E, plan.R, entry, row,
                                             n, pending, starts=starts, W=plan.cfg.window_rows)
+  if plan.check_shared and plan.B > 1:
+    valid = valid & ~_shared(idx_ref, b, entry, plan.B)
   return (safe, jnp.where(valid, row, 0), jnp.clip(n, 0, plan.R), valid, n_fold, pending,
           starts)
+
+
+def _shared(idx_ref, b, entry, B):
+  """Whether pool entry `entry` of sequence b is also another sequence's (one vector load)."""
+  j = lax.broadcasted_iota(jnp.int32, (tiles_lib.next_pow2(B),), 0)
+  ids = jnp.where(j < B, idx_ref[jnp.minimum(j, B - 1)], -1)
+  return (entry >= 0) & (jnp.max(jnp.where((ids == entry) & (j != b), 1, 0)) > 0)
 
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
