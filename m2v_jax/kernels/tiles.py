@@ -59,12 +59,18 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
-    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`."""
+    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as
+    `:name=value` (e.g. `64:4:64:block_c=512`)."""
     fields = ("block_p", "num_warps", "n_cols", "num_stages")
-    values = text.split(":")
-    if not 3 <= len(values) <= 4:
-      raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages], got {text!r}")
-    return dataclasses.replace(self, **{f: int(v) for f, v in zip(fields, values)})
+    items = text.split(":")
+    values = [v for v in items if "=" not in v]
+    named = dict(v.split("=", 1) for v in items if "=" in v)
+    known = {f.name for f in dataclasses.fields(self)}
+    if not 3 <= len(values) <= 4 or items[:len(values)] != values or set(named) - known:
+      raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages] then "
+                       f":name=value for fields of {sorted(known)}, got {text!r}")
+    return dataclasses.replace(self, **{f: int(v) for f, v in zip(fields, values)},
+                               **{k: int(v) for k, v in named.items()})
 
 
 # TileConfig by (nheads, headdim, dstate).
