@@ -404,3 +404,16 @@ class TestSnapshotInterpret(SnapshotChecks):
 def test_tile_config_is_checked(fields, match):
   with pytest.raises(ValueError, match=match):
     m.TileConfig(**{"block_p": 16, "num_warps": 4, **fields})
+
+
+def test_tile_config_from_text():
+  """`block_p:num_warps:n_cols[:num_stages]`, then any field as `name=value`; anything else
+  is a ValueError naming the form."""
+  base = m.TileConfig(block_p=64, num_warps=4)
+  t = base.replace_from_text("32:2:128:block_c=512:prep_warps=8")
+  assert (t.block_p, t.num_warps, t.n_cols, t.num_stages, t.block_c, t.prep_warps) == (
+      32, 2, 128, 1, 512, 8)
+  assert base.replace_from_text("64:4:64:2").num_stages == 2
+  for bad in ("64:4", "64:4:64:1:2", "64:4:64:width=2", "block_c=512:64:4:64"):
+    with pytest.raises(ValueError, match="expected block_p:num_warps:n_cols"):
+      base.replace_from_text(bad)
