@@ -38,7 +38,9 @@ def is_host(a) -> bool:
   return isinstance(a, (int, np.integer, np.ndarray, list, tuple))
 
 
-def _host_int_array(name, a, B):
+def host_int_array(name, a, B):
+  """Host integers `a` (a scalar applies to all B) as int32 [B]; TypeError / ValueError naming
+  `name` otherwise."""
   arr = np.asarray(a)
   if arr.ndim == 0:
     arr = np.full((B,), arr)
@@ -157,7 +159,7 @@ def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: 
   cache_indices = entries(cache_indices, B, E)
   if num_rows is not None:
     if is_host(num_rows):
-      nr = _host_int_array("num_rows", num_rows, B)
+      nr = host_int_array("num_rows", num_rows, B)
       bad = np.flatnonzero((nr < 1) | (nr > R))
       if bad.size:
         raise ValueError(f"num_rows[{bad[0]}]={nr[bad[0]]}: expected 1 <= num_rows <= R={R}")
@@ -177,7 +179,7 @@ def entries(cache_indices, B, E):
   if not is_host(cache_indices):
     expect("cache_indices", cache_indices, (B,), (jnp.int32,))
     return cache_indices
-  ci = _host_int_array("cache_indices", cache_indices, B)
+  ci = host_int_array("cache_indices", cache_indices, B)
   bad = np.flatnonzero((ci < -1) | (ci >= E))
   if bad.size:
     raise ValueError(f"cache_indices[{bad[0]}]={ci[bad[0]]}: expected -1 (padding) or "
@@ -200,7 +202,7 @@ def state_rows(cfg, state_row, B, cache_indices):
   if not is_host(state_row):
     expect("state_row", state_row, (B,), (jnp.int32,))
     return state_row
-  rows = _host_int_array("state_row", state_row, B)
+  rows = host_int_array("state_row", state_row, B)
   entries = (np.arange(B) if cache_indices is None or not is_host(cache_indices)
              else np.asarray(cache_indices))
   ok = status.row_ok(False, cfg.capacity, rows, None, xp=np)

@@ -219,6 +219,9 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
   chunked path, `ragged` its per-sequence hand-off at num_rows, `chunk_tiles` its tiles;
   `entries_checked=False` rejects shared entries here.
   """
+  if ragged and not chunked and backend != config_lib.REFERENCE:
+    raise ValueError("dispatch.call: ragged=True hands off at num_rows through the chunked "
+                     "path; it needs chunked=True")
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)
   if backend != config_lib.REFERENCE and not chunked:

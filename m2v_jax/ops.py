@@ -50,6 +50,11 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
   state_row, cache_indices, num_rows = checks.call(
       cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=True)
   checks.backend(cfg, backend)
+  return _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend)
+
+
+def _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend):
+  """`verify` on arguments that `checks.call` and `checks.backend` passed."""
   args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=False,
                        ragged=False, entries_checked=checks.entries_checked(cache_indices))
@@ -148,25 +153,28 @@ def invalid_sequences(cfg: Mamba2Config, state, state_row, R: int, *, cache_indi
     B = np.shape(cache_indices)[0]
   else:
     B = np.shape(state_row)[0] if np.ndim(state_row) else state.ssm.shape[0]
-  per_sequence = lambda v: (np.full((B,), v, np.int32)
-                            if v is not None and checks.is_host(v) and np.ndim(v) == 0 else v)
-  args = status.call_args(None, None, per_sequence(state_row), cache_indices=cache_indices,
-                          num_rows=per_sequence(num_rows), R=R)
+  per_sequence = lambda name, v: (checks.host_int_array(name, v, B)
+                                  if v is not None and checks.is_host(v) else v)
+  args = status.call_args(None, None, per_sequence("state_row", state_row),
+                          cache_indices=cache_indices,
+                          num_rows=per_sequence("num_rows", num_rows), R=R)
   _, valid, pad = status.entry_status(cfg, state, R, args)
   return ~valid & ~pad | status.shared_entries(args.cache_indices)
 
 
 def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt,
-                   state_row, **kwargs):
+                   state_row, *, z=None, cache_indices=None, num_rows=None,
+                   backend: str | None = None):
   """`verify` plus a `checkify.Error` naming the first rejected sequence and its cause (an entry
   outside the pool, num_rows outside [1, R], or state_row), or an entry that two sequences share.
 
   Returns (y, new_state, err); `err.throw()` raises, `err.get()` gives the message or None
   (a device-to-host read). Raises as `verify`.
   """
-  rows, entries, nr = checks.call(cfg, params, state, xbc, dt, state_row, kwargs.get("z"),
-                                  kwargs.get("cache_indices"), kwargs.get("num_rows"),
-                                  verify=True)
+  backend = config_lib.resolve_backend(backend)
+  rows, entries, nr = checks.call(cfg, params, state, xbc, dt, state_row, z, cache_indices,
+                                  num_rows, verify=True)
+  checks.backend(cfg, backend)
   R = xbc.shape[1]
   args = status.call_args(None, None, rows, cache_indices=entries, num_rows=nr, R=R)
   _, valid, pad = status.entry_status(cfg, state, R, args)
@@ -200,5 +208,5 @@ def verify_checked(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
 
   err, _ = checkify.checkify(check)(cause, first, row, pend, entry, rows_n,
                                     jnp.where(jnp.any(repeated), dup, -1), ci[dup])
-  y, new_state = verify(cfg, params, state, xbc, dt, state_row, **kwargs)
+  y, new_state = _verify(cfg, params, state, xbc, dt, rows, z, entries, nr, backend)
   return y, new_state, err

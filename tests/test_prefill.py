@@ -103,6 +103,14 @@ def test_chunk_tiles_are_checked(fields, match):
     m.ChunkTiles(**fields)
 
 
+def test_a_ragged_call_off_the_chunked_path_is_rejected():
+  """`dispatch.call` hands a ragged prefill off at num_rows only on the chunked path."""
+  cfg = small_cfg()
+  p, state, args = dispatch.abstract_call_args(cfg, 2, cfg.capacity + 4, dtype=jnp.float32)
+  with pytest.raises(ValueError, match="ragged=True .* needs chunked=True"):
+    dispatch.call(p, state, args, cfg=cfg, backend="interpret", chunked=False, ragged=True)
+
+
 def test_chunk_shorter_than_conv_state_is_rejected():
   with pytest.raises(ValueError, match="below the conv state"):
     pk.ChunkPlan(cfg=small_cfg(), Rb=40, E=1, B=1, has_z=False, y_dtype=jnp.float32,

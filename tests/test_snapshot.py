@@ -131,6 +131,8 @@ def test_a_host_scalar_state_row_applies_to_every_sequence(mode):
       [True, True])
   with pytest.raises(ValueError, match="state_row: expected shape"):
     m.verify(cfg, p, fresh(), xbc, dt, jnp.int32(0), cache_indices=ci, backend="reference")
+  with pytest.raises(ValueError, match=r"state_row: expected shape \[2\], got \[3\]"):
+    m.invalid_sequences(cfg, fresh(), [0, 0, 0], 4, cache_indices=ci)
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="checks a machine without a GPU")
