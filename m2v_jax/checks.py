@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,10 +63,28 @@ def config(cfg) -> None:
     raise TypeError(f"cfg: expected m2v_jax.Mamba2Config, got {type(cfg).__name__}")
 
 
+def _signature(tree):
+  """((shape, dtype), ...) of a NamedTuple of arrays: the key under which a check is cached."""
+  return tuple((tuple(a.shape), jnp.dtype(a.dtype)) for a in tree)
+
+
+def _abstract(kind, signature):
+  """`kind` of ShapeDtypeStructs from a `_signature`."""
+  return kind(*(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in signature))
+
+
 def params(cfg: config_lib.Mamba2Config, p) -> None:
   """Raises ValueError/TypeError naming the first parameter whose shape or dtype is wrong."""
   if not isinstance(p, params_lib.LayerParams):
     raise TypeError(f"params: expected m2v_jax.LayerParams, got {type(p).__name__}")
+  _checked_params(cfg, _signature(p))
+
+
+# Checks of shapes and dtypes only, cached per signature (a call's host work stays small); a
+# failing check raises, and lru_cache keeps no entry for it.
+@functools.lru_cache(maxsize=256)
+def _checked_params(cfg, signature) -> None:
+  p = _abstract(params_lib.LayerParams, signature)
   for name, shape in zip(params_lib.LayerParams._fields, params_lib.param_shapes(cfg)):
     a = getattr(p, name)
     if tuple(a.shape) != shape:
@@ -112,12 +132,18 @@ def state(cfg: config_lib.Mamba2Config, st, dtype) -> int:
   if not isinstance(st, expected_type):
     raise TypeError(f"state: cfg.replay_mode={cfg.replay_mode!r} expects "
                     f"{expected_type.__name__}, got {type(st).__name__}")
+  return _checked_state(cfg, expected_type, _signature(st), jnp.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_state(cfg, kind, signature, dtype) -> int:
+  st = _abstract(kind, signature)
   E = st.ssm.shape[0]
   for name in type(st)._fields:
     if getattr(st, name).shape[:1] != (E,):
       raise ValueError(f"state.{name}: expected {E} entries (as state.ssm), got "
                        f"{list(getattr(st, name).shape)}")
-  _pool_shapes(cfg, st, E, expected_type.__name__)
+  _pool_shapes(cfg, st, E, kind.__name__)
   window_dtype = state_lib.activation_dtype(st)
   if isinstance(st, state_lib.CompactState) and jnp.dtype(window_dtype) != jnp.dtype(dtype):
     raise TypeError(f"xbc: the compact pool keeps {jnp.dtype(window_dtype).name} activations "

@@ -215,13 +215,14 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
          entries_checked=True):
   """The jitted body of `verify` and `prefill`, the state (argument 1) donated.
 
-  `args` as `m2v_jax.verify`'s after checking and `status.call_args`; `chunked` picks the
-  chunked path, `ragged` its per-sequence hand-off at num_rows, `chunk_tiles` its tiles;
-  `entries_checked=False` rejects shared entries here.
+  `args` as `m2v_jax.verify`'s after checking, its defaults (`status.call_args`) applied here
+  if they were not; `chunked` picks the chunked path, `ragged` its per-sequence hand-off at
+  num_rows, `chunk_tiles` its tiles; `entries_checked=False` rejects shared entries here.
   """
   if ragged and not chunked and backend != config_lib.REFERENCE:
     raise ValueError("dispatch.call: ragged=True hands off at num_rows through the chunked "
                      "path; it needs chunked=True")
+  args = status.call_args(*args)
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)
   if backend != config_lib.REFERENCE and not chunked:

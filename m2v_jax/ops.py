@@ -54,8 +54,9 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
 
 
 def _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend):
-  """`verify` on arguments that `checks.call` and `checks.backend` passed."""
-  args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
+  """`verify` on arguments that `checks.call` and `checks.backend` passed (`dispatch.call`
+  applies the defaults inside its jit: one dispatch per eager call)."""
+  args = status.CallArgs(xbc, dt, state_row, z, cache_indices, num_rows)
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=False,
                        ragged=False, entries_checked=checks.entries_checked(cache_indices))
 

@@ -419,3 +419,22 @@ def test_tile_config_from_text():
   for bad in ("64:4", "64:4:64:1:2", "64:4:64:width=2", "block_c=512:64:4:64"):
     with pytest.raises(ValueError, match="expected block_p:num_warps:n_cols"):
       base.replace_from_text(bad)
+
+
+def test_pool_and_params_checks_are_cached_per_signature():
+  """A call's shape and dtype checks of the pool and params run once per signature (they cost
+  ~0.1 ms of host time a call otherwise); a bad pool still raises every time."""
+  from m2v_jax import checks
+  cfg = small_cfg()
+  p = m.random_params(cfg, 3)
+  state = m.init_state(cfg, 2, jnp.float32)
+  xbc, dt = inputs(cfg, 2, 4)
+  _, state = m.verify(cfg, p, state, xbc, dt, [0, 0], backend="reference")
+  before = checks._checked_state.cache_info().hits, checks._checked_params.cache_info().hits
+  _, state = m.verify(cfg, p, state, xbc, dt, [1, 1], backend="reference")
+  after = checks._checked_state.cache_info().hits, checks._checked_params.cache_info().hits
+  assert after == (before[0] + 1, before[1] + 1)
+  small = m.init_state(cfg.replace(capacity=4), 2, jnp.float32)
+  for _ in range(2):
+    with pytest.raises(ValueError, match="the pool was built for another config"):
+      m.verify(cfg, p, small, xbc, dt, [0, 0], backend="reference")
