@@ -267,8 +267,8 @@ def _inputs(cfg, B, R, dtype, seed=0):
 
 
 def index_args(B, R, state_row):
-  """(state_row, cache_indices, num_rows), [B] int32 device arrays, for `verify_fn`: passed as
-  arguments, since XLA materializes such constants with a kernel of their own in every call."""
+  """(state_row, cache_indices, num_rows), [B] int32 device arrays, for `verify_fn`: arguments
+  of the timed step, as a serving loop passes them (not constants closed over)."""
   return (jnp.asarray(np.broadcast_to(np.asarray(state_row, np.int32), (B,))),
           jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32))
 
@@ -448,9 +448,8 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
 
-  # Every call's index arrays are arguments of the step (a slice or a constant would cost a
-  # kernel of its own per call, as no serving loop would), checked as the public ops check
-  # device values (shared entries rejected on the device).
+  # Every call's index arrays are arguments of the step, as a serving loop passes them, and
+  # checked as the public ops check device values (shared entries rejected on the device).
   def fn(state, params, xbc, dt, rows, nrows, ci, call):
     r, j = call
     y, state = dispatch.call(params, state,
@@ -551,15 +550,15 @@ def suite_flush(bw, banks, blocks, dtype, batches=(8, 32, 128), window=16):
   return rows_out
 
 
-# `kernels.tiles.TileConfig` variants, block_p:num_warps:n_cols[:num_stages]; the table's
-# entry comes first in any sweep.
+# `kernels.tiles.TileConfig` variants, block_p:num_warps:n_cols[:num_stages] then any field
+# as :name=value (`TileConfig.replace_from_text`); the table's entry comes first in any sweep.
 DEFAULT_TILE_VARIANTS = ("64:4:64", "32:4:128", "64:8:64", "32:2:64", "16:4:128", "64:4:128")
 
 
 def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "compact"),
                 variants=DEFAULT_TILE_VARIANTS):
   """Tile sweep of the verify kernels at R=8, mixed acceptance (state_row b % 8): the table's
-  entry, then `variants` (block_p:num_warps:n_cols[:num_stages]). Ratio: time of the variant over
+  entry, then `variants` (`TileConfig.replace_from_text`). Ratio: time of the variant over
   time of the table's entry."""
   unknown = set(modes) - {config_lib.SNAPSHOT, config_lib.COMPACT}
   if unknown:
@@ -825,7 +824,8 @@ flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
 flags.DEFINE_list("sweep_modes", ["snapshot", "compact"], "modes of the sweep suite")
 flags.DEFINE_list("sweep_tiles", list(DEFAULT_TILE_VARIANTS),
-                  "verify tiles of the sweep suite, block_p:num_warps:n_cols[:num_stages]")
+                  "verify tiles of the sweep suite, block_p:num_warps:n_cols[:num_stages] "
+                  "then any TileConfig field as :name=value")
 flags.DEFINE_string("breakdown_tiles", "",
                     "chunked-prefill tiles of the breakdown suite, tiles.ChunkTiles fields "
                     "joined by ':' as in --chunk_variants (default: the table's)")

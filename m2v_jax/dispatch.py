@@ -217,11 +217,14 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
 
   `args` as `m2v_jax.verify`'s after checking, its defaults (`status.call_args`) applied here
   if they were not; `chunked` picks the chunked path, `ragged` its per-sequence hand-off at
-  num_rows, `chunk_tiles` its tiles; `entries_checked=False` rejects shared entries here.
+  num_rows (the reference's is `ragged_reference`), `chunk_tiles` its tiles;
+  `entries_checked=False` rejects shared entries on the device (in the conv launch on the
+  verify kernels, by `status.reject_shared` otherwise). Raises ValueError for `ragged`
+  without `chunked`.
   """
-  if ragged and not chunked and backend != config_lib.REFERENCE:
+  if ragged and not chunked:
     raise ValueError("dispatch.call: ragged=True hands off at num_rows through the chunked "
-                     "path; it needs chunked=True")
+                     "path; it needs chunked=True (the reference backend: ragged_reference)")
   args = status.call_args(*args)
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)

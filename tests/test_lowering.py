@@ -53,11 +53,20 @@ def test_device_entries_checked_in_the_conv_launch(mode):
     return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False, ragged=False,
                          entries_checked=False)
 
-  text = backend.lower_for_cuda(f, *dispatch.abstract_call_args(cfg, 3, 8), donate_argnums=(1,))
+  args = dispatch.abstract_call_args(cfg, 3, 8)
+  text = backend.lower_for_cuda(f, *args, donate_argnums=(1,))
   assert text.count("__gpu$xla.gpu.triton") == 2
   ops = set(re.findall(r"stablehlo\.(\w+)", text))
   assert ops <= {"custom_call", "constant", "optimization_barrier", "output_operand_alias",
                  "mesh"}, ops
+  # ... and the check is in the conv launch: its kernel differs from a host-checked call's.
+  conv = f"m2v_conv_{mode}_r8"
+  device = backend.triton_kernels(lambda p, s, a: f(p, s, a), *args,   # a new function: not
+                                  donate_argnums=(1,))[conv][0]          # the cached lowering
+  host = backend.triton_kernels(
+      lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False,
+                                    ragged=False), *args, donate_argnums=(1,))[conv][0]
+  assert device != host
 
 
 @pytest.mark.parametrize("R", [1, 8, 37])

@@ -416,7 +416,8 @@ def test_tile_config_from_text():
   assert (t.block_p, t.num_warps, t.n_cols, t.num_stages, t.block_c, t.prep_warps) == (
       32, 2, 128, 1, 512, 8)
   assert base.replace_from_text("64:4:64:2").num_stages == 2
-  for bad in ("64:4", "64:4:64:1:2", "64:4:64:width=2", "block_c=512:64:4:64"):
+  for bad in ("64:4", "64:4:64:1:2", "64:4:64:width=2", "block_c=512:64:4:64",
+              "64:4:64:block_p=32", "64:4:64:block_c=512:block_c=256", "64:4:64:block_c=x"):
     with pytest.raises(ValueError, match="expected block_p:num_warps:n_cols"):
       base.replace_from_text(bad)
 

@@ -31,8 +31,8 @@ flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "acti
 flags.DEFINE_enum("state_dtype", "float32", ["bfloat16", "float16", "float32"],
                   "SSM state storage dtype")
 flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
-flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_stages] instead "
-                    "of the table's")
+flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_stages], then "
+                    "any TileConfig field as :name=value, instead of the table's")
 
 
 flags.DEFINE_bool("prefill", False, "a chunked prefill of --rows rows instead of a verify call")

@@ -64,13 +64,17 @@ class TileConfig:
     fields = ("block_p", "num_warps", "n_cols", "num_stages")
     items = text.split(":")
     values = [v for v in items if "=" not in v]
-    named = dict(v.split("=", 1) for v in items if "=" in v)
+    pairs = [v.split("=", 1) for v in items if "=" in v]
     known = {f.name for f in dataclasses.fields(self)}
-    if not 3 <= len(values) <= 4 or items[:len(values)] != values or set(named) - known:
+    given = list(fields[:len(values)]) + [k for k, _ in pairs]
+    ints = values + [v for _, v in pairs]
+    if (not 3 <= len(values) <= 4 or items[:len(values)] != values
+        or not set(given) <= known or len(set(given)) != len(given)
+        or not all(v.strip().lstrip("-").isdigit() for v in ints)):
       raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages] then "
-                       f":name=value for fields of {sorted(known)}, got {text!r}")
-    return dataclasses.replace(self, **{f: int(v) for f, v in zip(fields, values)},
-                               **{k: int(v) for k, v in named.items()})
+                       f":name=value (integers, each field once) for fields of "
+                       f"{sorted(known)}, got {text!r}")
+    return dataclasses.replace(self, **{k: int(v) for k, v in zip(given, ints)})
 
 
 # TileConfig by (nheads, headdim, dstate).
