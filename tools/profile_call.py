@@ -74,12 +74,13 @@ def main(argv):
     jax.block_until_ready((y, state))
     print(f"{FLAGS.calls + 1} chunked prefills of {cfg.replay_mode} B={B} R={R} done")
     return
-  step = jax.jit(lambda s, r: dispatch.kernel_call(
+  # The index arrays are arguments (closed over, XLA rebuilds them with a kernel each call).
+  step = jax.jit(lambda s, r, ci, nr: dispatch.kernel_call(
       cfg, backend, params, s, status.call_args(xbc, dt, r, None, ci, nr), tiles),
       donate_argnums=0)
-  _, state = step(state, jnp.zeros((B,), jnp.int32))     # warm-up: R rows pending everywhere
+  _, state = step(state, jnp.zeros((B,), jnp.int32), ci, nr)   # warm-up: R rows pending
   for _ in range(FLAGS.calls):
-    y, state = step(state, rows)
+    y, state = step(state, rows, ci, nr)
   jax.block_until_ready((y, state))
   print(f"{FLAGS.calls} calls of {cfg.replay_mode} B={B} R={R} done; y finite: "
         f"{bool(jnp.all(jnp.isfinite(y.astype(jnp.float32))))}")
