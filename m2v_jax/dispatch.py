@@ -239,8 +239,9 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend"))
 def committed(params, state, args: CallArgs, *, cfg, backend):
-  """The jitted body of `committed_state` on a fold's `args` (R = 0); the pool is neither
-  donated nor modified."""
+  """The jitted body of `committed_state` on a fold's `args` (R = 0; defaults applied here if
+  they were not); the pool is neither donated nor modified."""
+  args = status.call_args(*args)
   params = lax.optimization_barrier(params)   # as in `call`
   if backend == config_lib.REFERENCE or not cfg.compact:
     return reference.committed_state(cfg, params, state, args)

@@ -55,7 +55,7 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
 
 def _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend):
   """`verify` on arguments that `checks.call` and `checks.backend` passed (`dispatch.call`
-  applies the defaults inside its jit: one dispatch per eager call)."""
+  applies their defaults inside its jit)."""
   args = status.CallArgs(xbc, dt, state_row, z, cache_indices, num_rows)
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=False,
                        ragged=False, entries_checked=checks.entries_checked(cache_indices))
@@ -90,10 +90,11 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   # Ragged: each sequence hands off at its own num_rows past a body (R > capacity).
   ragged = num_rows is not None and R > cfg.capacity
   entries_checked = checks.entries_checked(cache_indices)
-  args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
   if ragged and backend == config_lib.REFERENCE:
+    args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
     return dispatch.ragged_reference(cfg, params, state, args, num_rows, entries_checked)
   chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged)
+  args = status.CallArgs(xbc, dt, state_row, z, cache_indices, num_rows)  # defaults: in call
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=chunked,
                        ragged=ragged, chunk_tiles=chunk_tiles if chunked else None,
                        entries_checked=entries_checked)
@@ -124,7 +125,7 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
   cache_indices = checks.entries(cache_indices, B, E)
   state_row = checks.state_rows(cfg, state_row, B, cache_indices)
   return dispatch.committed(params, state,
-                            status.call_args(None, None, state_row, cache_indices=cache_indices),
+                            status.CallArgs(None, None, state_row, None, cache_indices, None),
                             cfg=cfg, backend=backend)
 
 
