@@ -56,7 +56,7 @@ class ChunkPlan:
   @property
   def chunk(self) -> int:
     """Rows per chunk: the tiles', at most 64 for bodies of up to 64 rows."""
-    return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, 1 << max(self.Rb - 1, 0).bit_length()))
+    return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, tiles_lib.next_pow2(self.Rb)))
 
   @property
   def n_chunks(self) -> int:
@@ -98,8 +98,8 @@ class ChunkPlan:
   @property
   def conv_rows(self) -> int:
     """Rows per conv program: at least K-1, at most the chunk."""
-    return min(max(self.tiles.conv_rows,
-                   1 << (self.cfg.d_conv - 2).bit_length()), self.chunk)
+    return min(max(self.tiles.conv_rows, tiles_lib.next_pow2(self.cfg.d_conv - 1)),
+               self.chunk)
 
   @property
   def conv_cols(self) -> int:

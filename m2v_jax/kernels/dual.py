@@ -9,12 +9,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from m2v_jax.kernels import tiles as tiles_lib
+
 f32 = jnp.float32
 
 
 def tile_rows(capacity: int) -> int:
   """KT: the capacity rounded up to a power of two, at least 8 (the smallest tensor-core dot)."""
-  return max(8, 1 << (capacity - 1).bit_length())
+  return max(8, tiles_lib.next_pow2(capacity))
 
 
 def _iota(n, dim=0, shape=None):
