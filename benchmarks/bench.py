@@ -722,17 +722,34 @@ RAGGED_LENGTHS = (300, 4000, 1500, 800, 3100, 600, 2200, 1200)
 
 
 def suite_ragged(bw, banks, blocks, dtype, lengths=RAGGED_LENGTHS):
-  """A batch of prompts of different lengths (snapshot mode, default precision): one ragged
-  prefill (`num_rows`, R = the longest) against the prompts one by one (one B=1 prefill of
-  its own length each, all in one step), both into a pool of len(lengths) entries. Ratio:
-  one by one over ragged (above 1: the ragged call is faster)."""
+  """A batch of prompts of different lengths (snapshot mode, default precision), into a pool
+  of len(lengths) entries: one packed prefill (`cu_seqlens`), one prompt of the same total
+  length (B=1), one padded ragged prefill (`num_rows`, R = the longest), and the prompts one
+  by one (one B=1 prefill of its own length each, all in one step). Ratio: each case over
+  the packed one (above 1: the packed call is faster)."""
   del bw
   cfg = _geom
-  B, R = len(lengths), max(lengths)
+  B, R, T = len(lengths), max(lengths), sum(lengths)
   params = params_lib.random_params(cfg)
   xbc, dt = _inputs(cfg, B, R, dtype)
   n = jnp.asarray(lengths, jnp.int32)
   zeros = jnp.zeros((B,), jnp.int32)
+  take = np.concatenate([b * R + np.arange(k) for b, k in enumerate(lengths)])
+  flat_x, flat_dt = (a.reshape(B * R, -1)[take] for a in (xbc, dt))
+  cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+  one_x, one_dt = _inputs(cfg, 1, T, dtype)
+
+  def packed(state, params, x, d, cu, call=None):
+    del call
+    y, state = dispatch.packed(params, state, status.CallArgs(x, d, zeros, None, None, None),
+                               cu, cfg=cfg, backend=_backend_name)
+    return state, y
+
+  def one_prompt(state, params, x, d, call=None):
+    del call
+    y, state = dispatch.call(params, state, status.call_args(x, d, zeros[:1]), cfg=cfg,
+                             backend=_backend_name, chunked=True, ragged=False)
+    return state, y
 
   def ragged(state, params, xbc, dt, call=None):
     del call
@@ -751,23 +768,28 @@ def suite_ragged(bw, banks, blocks, dtype, lengths=RAGGED_LENGTHS):
       ys.append(y)
     return state, ys
 
-  make = lambda name, fn: make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype),
-                                    banks, min_calls=1, args=(params, xbc, dt),
-                                    flops=sum(ssd_flops(cfg, 1, k) for k in lengths))
+  flops = sum(ssd_flops(cfg, 1, k) for k in lengths)
+  make = lambda name, fn, args, E=B: make_case(
+      name, fn, lambda: state_lib.init_state(cfg, E, dtype), banks, min_calls=1, args=args,
+      flops=flops)
   lens = ",".join(map(str, lengths))
-  cases = [make(f"ragged prefill B={B} n={lens} chunked {cfg.prefill_precision_for(dtype)}",
-                ragged),
-           make(f"one by one B=1 x {B} n={lens} chunked {cfg.prefill_precision_for(dtype)}",
-                one_by_one)]
+  prec = cfg.prefill_precision_for(dtype)
+  cases = [make(f"packed prefill S={B} n={lens} chunked {prec}", packed,
+                (params, flat_x, flat_dt, cu)),
+           make(f"one prompt B=1 R={T} chunked {prec}", one_prompt, (params, one_x, one_dt), 1),
+           make(f"ragged prefill B={B} n={lens} chunked {prec}", ragged, (params, xbc, dt)),
+           make(f"one by one B=1 x {B} n={lens} chunked {prec}", one_by_one,
+                (params, xbc, dt))]
   t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
-  return [_row(cases[0], t[cases[0].name], None),
-          _row(cases[1], t[cases[1].name], None, ratio_ci(t[cases[1].name], t[cases[0].name]))]
+  first = t[cases[0].name]
+  return [_row(c, t[c.name], None, None if c is cases[0] else ratio_ci(t[c.name], first))
+          for c in cases]
 
 
 def chunk_scratch_mb(cfg, R, dtype, B=1) -> float:
   """MB of the chunked body's scratch for a prefill of R rows (`chunk_scan.scratch_bytes`)."""
   plan = dispatch.chunk_plan(cfg, _backend_name, state_lib.state_shapes(cfg, B, dtype),
-                             jax.ShapeDtypeStruct((B, R, cfg.conv_dim), dtype), None)
+                             B * R, B, dtype, False, R - cfg.capacity)
   return chunk_scan.scratch_bytes(plan) / 1e6
 
 

@@ -8,8 +8,8 @@ from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, Mamba2Config, parse_replay_
                             resolve_backend, set_default_backend)
 from m2v_jax.layer import MixerConfig, MixerParams, mixer, state_row_from_accepted
 from m2v_jax.kernels.tiles import ChunkTiles, TileConfig, chunk_tile_config, tile_config
-from m2v_jax.ops import (committed_state, convert_state, invalid_sequences, prefill, verify,
-                         verify_checked)
+from m2v_jax.ops import (committed_state, convert_state, invalid_sequences, prefill,
+                         prefill_packed, verify, verify_checked)
 from m2v_jax.params import LayerParams, random_params
 from m2v_jax.state import (CompactState, SnapshotState, init_state, reset_entries, reset_state,
                            state_from_committed, state_nbytes, state_shapes)

@@ -196,6 +196,53 @@ def call(cfg, p, st, xbc, dt, state_row, z, cache_indices, num_rows, *, verify: 
   return state_row, cache_indices, num_rows
 
 
+def packed(cfg, p, st, xbc, dt, cu_seqlens, state_row, z, cache_indices):
+  """Every check of a packed prefill (xbc [T, C], cu_seqlens [S+1]).
+
+  Returns (cu_seqlens, state_row, cache_indices), host values as int32 NumPy arrays.
+  """
+  config(cfg)
+  params(cfg, p)
+  if not hasattr(xbc, "ndim") or xbc.ndim != 2 or xbc.shape[0] < 1:
+    raise ValueError(f"xbc: expected a [T, conv_dim={cfg.conv_dim}] array of the prompts' rows "
+                     f"back to back, got "
+                     f"{describe(xbc) if hasattr(xbc, 'shape') else type(xbc).__name__}")
+  T = xbc.shape[0]
+  expect("xbc", xbc, (T, cfg.conv_dim), state_lib.ACTIVATION_DTYPES)
+  expect("dt", dt, (T, cfg.nheads), state_lib.ACTIVATION_DTYPES)
+  if z is not None:
+    expect("z", z, (T, cfg.d_inner), (xbc.dtype,))
+  if is_host(cu_seqlens):
+    cu = np.asarray(cu_seqlens)
+    if cu.ndim != 1 or cu.shape[0] < 2:
+      raise ValueError(f"cu_seqlens: expected [S+1] offsets (S >= 1 prompts), got shape "
+                       f"{list(cu.shape)}")
+    cu = host_int_array("cu_seqlens", cu, cu.shape[0])
+    if cu[0] != 0:
+      raise ValueError(f"cu_seqlens[0]={cu[0]}: expected 0 (the first prompt starts at row 0)")
+    short = np.flatnonzero(np.diff(cu) < 1)
+    if short.size:
+      s = int(short[0])
+      raise ValueError(f"cu_seqlens: prompt {s} has {cu[s + 1] - cu[s]} rows (cu_seqlens[{s}]="
+                       f"{cu[s]}, cu_seqlens[{s + 1}]={cu[s + 1]}); every prompt needs at least "
+                       f"one row")
+    if cu[-1] > T:
+      raise ValueError(f"cu_seqlens[-1]={cu[-1]}: the prompts end past xbc's T={T} rows")
+    cu_seqlens = cu
+  else:
+    if cu_seqlens.ndim != 1 or cu_seqlens.shape[0] < 2:
+      raise ValueError(f"cu_seqlens: expected [S+1] offsets (S >= 1 prompts), got "
+                       f"{describe(cu_seqlens)}")
+    expect("cu_seqlens", cu_seqlens, cu_seqlens.shape, (jnp.int32,))
+  S = cu_seqlens.shape[0] - 1
+  E = state(cfg, st, xbc.dtype)
+  cache_indices = entries(cache_indices, S, E)
+  if is_host(state_row) and np.ndim(state_row) == 0:
+    state_row = np.full((S,), state_row)
+  state_row = state_rows(cfg, state_row, S, cache_indices)
+  return cu_seqlens, state_row, cache_indices
+
+
 def entries(cache_indices, B, E):
   """Checks `cache_indices` [B] (None needs E == B): host values in [-1, E), no live entry twice."""
   if cache_indices is None:

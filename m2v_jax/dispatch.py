@@ -119,69 +119,80 @@ def fold(cfg, backend, params, state: CompactState, args: CallArgs):
   return verify_kernels.run(p, params, state, args)[1]
 
 
-def chunk_plan(cfg, backend, state, xbc, z, tiles=None) -> chunk_scan.ChunkPlan:
-  """The chunked body's static plan for xbc [B, R, C]; `tiles` overrides the table."""
-  B, R, _ = xbc.shape
+def chunk_plan(cfg, backend, state, T, S, y_dtype, has_z, max_body, tiles=None
+               ) -> chunk_scan.ChunkPlan:
+  """The chunked scan's static plan for S sequences in T flat rows; `tiles` overrides the
+  table."""
   return chunk_scan.ChunkPlan(
-      cfg=cfg, Rb=R - cfg.capacity, E=state.ssm.shape[0], B=B, has_z=z is not None,
-      y_dtype=jnp.dtype(xbc.dtype),
-      tiles=tiles or tiles_lib.chunk_tile_config(cfg, cfg.prefill_precision_for(xbc.dtype)),
-      interpret=backend == config_lib.INTERPRET)
+      cfg=cfg, T=T, S=S, E=state.ssm.shape[0], has_z=has_z, y_dtype=jnp.dtype(y_dtype),
+      tiles=tiles or tiles_lib.chunk_tile_config(cfg, cfg.prefill_precision_for(y_dtype)),
+      interpret=backend == config_lib.INTERPRET, max_body=max_body)
 
 
-def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt, rb):
-  """The body's post-conv rows [B, Rp, C], processed dt [B, Rp, H] f32 (both zero from rb on)
-  and the conv state after rb rows [B, C, K-1] f32; conv0 [B, C, K-1] is the state before.
-  """
-  cfg, Rb, Rp = plan_.cfg, plan_.Rb, plan_.Rp
+def _with_trailing(a, value):
+  """[S] -> [S+1]: `a` and the entry of the rows past the sequences."""
+  return jnp.concatenate([a, jnp.reshape(value, (1,)).astype(a.dtype)])
+
+
+def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt, base, rb):
+  """The bodies' post-conv rows [conv_T, C], processed dt [conv_T, H] f32 and the conv state
+  after each body [S, C, K-1] f32, for sequences at flat rows `base` [S] (nondecreasing)
+  with `rb` [S] body rows; conv0 [S, C, K-1] is the conv state before each."""
+  cfg, T, S = plan_.cfg, plan_.T, plan_.S
   K = cfg.d_conv
-  post = chunk_conv.body_conv(plan_, xbc, conv0, rb, params.conv_weight, params.conv_bias)
-  dtp = rowmath.process_dt(dt[:, :Rb].astype(f32), params.dt_bias, cfg.dt_limit)
-  dtp = jnp.where((jnp.arange(Rb)[None, :] < rb[:, None])[..., None], dtp, 0.0)
-  # The last K-1 raw inputs before row rb, from [conv0 rows; xbc rows].
-  src = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [B, K-1]
-  body = jnp.take_along_axis(xbc, jnp.clip(src, 0, xbc.shape[1] - 1)[..., None], axis=1)
+  i32 = jnp.int32
+  r = jnp.arange(plan_.conv_T, dtype=i32)
+  seq = jnp.clip(jnp.searchsorted(base, r, side="right", method="compare_all") - 1, 0, S - 1)
+  live = ((r < T) & (r - base[seq] < rb[seq])).astype(i32)
+  post = chunk_conv.body_conv(plan_, xbc, live, base, rb, conv0, params.conv_weight,
+                              params.conv_bias)
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
+  dtp = jnp.pad(dtp, [(0, plan_.conv_T - T), (0, 0)])
+  # The last K-1 raw inputs before each body's end, from [conv0 rows; xbc rows].
+  back = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [S, K-1]
+  body = xbc[jnp.clip(base[:, None] + back, 0, T - 1)]                       # [S, K-1, C]
   head = jnp.take_along_axis(jnp.swapaxes(conv0, 1, 2),
-                             jnp.clip(src + K - 1, 0, K - 2)[..., None], axis=1)
-  conv_end = jnp.where((src >= 0)[..., None], body.astype(f32), head.astype(f32))
-  return (post, jnp.pad(dtp, [(0, 0), (0, Rp - Rb), (0, 0)]), jnp.swapaxes(conv_end, 1, 2))
+                             jnp.clip(back + K - 1, 0, K - 2)[..., None], axis=1)
+  conv_end = jnp.where((back >= 0)[..., None], body.astype(f32), head.astype(f32))
+  return post, dtp, jnp.swapaxes(conv_end, 1, 2)
 
 
-def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tiles=None):
-  """A prefill whose body (rows 0..n-capacity-1 per sequence) runs through the chunked scan.
-
-  `ragged`: each sequence hands off at its own `num_rows` n (else all at R); `tiles`
-  overrides the chunk-tile table. Returns (y [B, R, H*P], new state).
-  """
-  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
-  cache_indices = args.cache_indices
-  B, R, _ = xbc.shape
-  n = args.num_rows if ragged else jnp.full((B,), R, jnp.int32)   # rows each sequence hands off at
-  cap = cfg.capacity
-  if R <= cap:
-    raise ValueError(f"chunked prefill: needs R > capacity ({cap}), got R={R}")
+def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailing, *, R,
+                tiles=None):
+  """A prefill of S sequences in flat rows (`args.xbc` [T, C], dt [T, H], z [T, H*P]):
+  sequence s is rows base[s] .. + n - 1, n = `args.num_rows`[s] in [1, R] (else rejected),
+  then span[s] - n rows of y to fill; rows from `trailing` on: y = 0. Returns (y [T, H*P],
+  new state)."""
+  xbc, dt, z = args.xbc, args.dt, args.z
+  state_row, ci = args.state_row, args.cache_indices
+  T, S, cap = xbc.shape[0], state_row.shape[0], cfg.capacity
   E = state.ssm.shape[0]
+  i32 = jnp.int32
   safe, valid, pad = status.entry_status(cfg, state, R, args)
-  p = chunk_plan(cfg, backend, state, xbc, z, tiles)
-  Rb, Rp = p.Rb, p.Rp
-  rb = jnp.clip(n - cap, 0, Rb).astype(jnp.int32)                  # body rows of each
+  n = jnp.clip(args.num_rows, 0, span).astype(i32)
+  rb = jnp.maximum(n - cap, 0).astype(i32)                            # body rows of each
+  p = chunk_plan(cfg, backend, state, T, S, xbc.dtype, z is not None, max(R - cap, 1), tiles)
   if cfg.compact:
-    # Ragged: fold only valid sequences with a body (a rejected one keeps its window).
-    fold_idx = jnp.where(valid & (n > cap), cache_indices, -1) if ragged else cache_indices
-    state = fold(cfg, backend, params, state,
-                 status.call_args(None, None, state_row, cache_indices=fold_idx))
+    # Fold only valid sequences with a body (a rejected one keeps its window).
+    state = fold(cfg, backend, params, state, status.call_args(
+        None, None, state_row, cache_indices=jnp.where(valid & (rb > 0), ci, -1)))
     conv0 = state.conv[safe]
-    tail_row = jnp.where(valid, jnp.where(n > cap, 0, state_row), -1).astype(jnp.int32)
+    tail_row = jnp.where(valid, jnp.where(rb > 0, 0, state_row), -1).astype(i32)
   else:
-    slot = jnp.where(valid, state_row, 0)
-    conv0 = state.conv[safe, slot]
-    tail_row = jnp.where(valid | pad, state_row, -1).astype(jnp.int32)   # -1: rejected
-  post, dtp, conv_end = body_inputs(p, params, conv0, xbc, dt, rb)
-  zb = None if z is None else (z if Rp <= R else jnp.pad(z, [(0, 0), (0, Rp - R), (0, 0)]))
-  fill = jnp.where(pad, 0.0, jnp.nan).astype(f32)            # y rows of a sequence not run
-  ssm, y = chunk_scan.chunk_scan(p, cache_indices, state_row, valid.astype(jnp.int32), rb,
-                                 fill, post, dtp, zb, params.A_log, params.D, state.ssm)
-  target = jnp.where(valid, cache_indices, E)              # invalid: dropped
+    start = jnp.where(valid, state_row, 0)
+    conv0 = state.conv[safe, start]
+    tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
+  post, dtp, conv_end = body_inputs(p, params, conv0, xbc, dt, base, rb)
+  fill = jnp.where(valid | pad, 0.0, jnp.nan).astype(f32)        # y rows of a sequence not run
+  slots = chunk_scan.slot_table(
+      p, _with_trailing(base, trailing), _with_trailing(n, 0),
+      _with_trailing(span, T - trailing), _with_trailing(rb, 0))
+  ssm, y = chunk_scan.chunk_scan(
+      p, slots, _with_trailing(ci, -1),
+      _with_trailing(jnp.where(valid, state_row, 0), 0),
+      _with_trailing(valid.astype(i32), 0), _with_trailing(fill, 0.0), post, dtp, z,
+      params.A_log, params.D, state.ssm)
+  target = jnp.where(valid, ci, E)                               # invalid: dropped
   if cfg.compact:
     conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")
     state = state._replace(ssm=ssm, conv=conv)
@@ -189,23 +200,30 @@ def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tile
     conv = state.conv.at[target, jnp.where(valid, state_row, 0)].set(
         conv_end.astype(state.conv.dtype), mode="drop")
     state = SnapshotState(ssm=ssm, conv=conv)
-  if not ragged:
-    tail = slice(Rb, R)
-    y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
-        xbc[:, tail], dt[:, tail], tail_row, None if z is None else z[:, tail], cache_indices))
-    y = lax.dynamic_update_slice(y, y_tail, (0, Rb, 0))
-    return (y if p.y_rows == R else y[:, :R]), state
-  # Ragged: each sequence's tail is its rows rb .. rb + min(n, cap) - 1, gathered.
-  rows = rb[:, None] + jnp.arange(cap)[None, :]                     # [B, cap], < R
-  take = lambda a: jnp.take_along_axis(a, rows[..., None], axis=1)
+  # Each sequence's last min(n, cap) rows, from row base + rb: one verify call.
+  m = jnp.minimum(n, cap)
+  rows = (base + rb)[:, None] + jnp.arange(cap, dtype=i32)[None, :]   # [S, cap]
+  take = lambda a: None if a is None else a[jnp.clip(rows, 0, T - 1)]
   y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
-      take(xbc), take(dt), tail_row, None if z is None else take(z), cache_indices,
-      jnp.clip(n, 1, cap)))
-  y = y.at[jnp.arange(B)[:, None], rows].set(y_tail)[:, :R]
-  # Rows past n: 0; rejected sequences: NaN; padding: 0 (the body kernels wrote only Rp rows).
-  live = (jnp.arange(R)[None, :] < n[:, None]) & valid[:, None]
-  y = jnp.where(live[..., None], y, jnp.where((valid | pad)[:, None, None], 0.0, jnp.nan))
-  return y.astype(xbc.dtype), state
+      take(xbc), take(dt), tail_row, take(z), ci, jnp.clip(m, 1, cap)))
+  return chunk_scan.write_rows(p, y, y_tail, (base + rb).astype(i32), m), state
+
+
+def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tiles=None):
+  """A prefill of B sequences of R > capacity rows (`args.xbc` [B, R, C]) on the chunked path:
+  `packed_call` on the rows back to back. `ragged`: each sequence hands off at its own
+  `num_rows` (else all at R). Returns (y [B, R, H*P], new state)."""
+  B, R, C = args.xbc.shape
+  if R <= cfg.capacity:
+    raise ValueError(f"chunked prefill: needs R > capacity ({cfg.capacity}), got R={R}")
+  flat = lambda a: None if a is None else a.reshape((B * R,) + a.shape[2:])
+  n = args.num_rows if ragged else jnp.full((B,), R, jnp.int32)
+  base = jnp.arange(B, dtype=jnp.int32) * R
+  y, state = packed_call(
+      cfg, backend, params, state,
+      args._replace(xbc=flat(args.xbc), dt=flat(args.dt), z=flat(args.z), num_rows=n),
+      base, jnp.full((B,), R, jnp.int32), jnp.int32(B * R), R=R, tiles=tiles)
+  return y.reshape(B, R, -1), state
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunked", "ragged",
@@ -235,6 +253,56 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
     fn = reference.compact_call if cfg.compact else reference.snapshot_call
     return fn(cfg, params, state, args)
   return chunked_call(cfg, backend, params, state, args, ragged, tiles=chunk_tiles)
+
+
+def packed_layout(cu_seqlens, T):
+  """(base, n, trailing) of the prompts `cu_seqlens` [S+1] in T rows, on the device; base is
+  nondecreasing. A prompt that starts before an earlier offset, has no rows, or ends past T
+  gets n = 0 (rejected)."""
+  cu = cu_seqlens.astype(jnp.int32)
+  base, end = cu[:-1], cu[1:]
+  reach = lax.cummax(jnp.clip(cu, 0, T))                  # nondecreasing, as the kernels need
+  ok = (base >= reach[:-1]) & (base >= 0) & (end > base) & (end <= T)
+  return reach[:-1], jnp.where(ok, end - base, 0).astype(jnp.int32), reach[-1]
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunk_tiles",
+                                             "entries_checked"), donate_argnums=(1,))
+def packed(params, state, args: CallArgs, cu_seqlens, *, cfg, backend, chunk_tiles=None,
+           entries_checked=True):
+  """The jitted body of `prefill_packed` on the kernel backends, the state (argument 1)
+  donated: `args` of S prompts (xbc [T, C], dt [T, H], z [T, H*P]; num_rows unused) at
+  `cu_seqlens`; shared entries rejected on the device unless `entries_checked`."""
+  T = args.xbc.shape[0]
+  base, n, trailing = packed_layout(cu_seqlens, T)
+  args = status.call_args(args.xbc, args.dt, args.state_row, args.z, args.cache_indices, n,
+                          R=T)
+  args = _unshared(args, state.ssm.shape[0], entries_checked)
+  params = lax.optimization_barrier(params)   # as in `call`
+  return packed_call(cfg, backend, params, state, args, base, n, trailing, R=T,
+                     tiles=chunk_tiles)
+
+
+def packed_reference(cfg, params, state, args: CallArgs, cu_seqlens, entries_checked=True):
+  """`prefill_packed` on the reference backend: the prompts padded to the longest, one
+  `ragged_reference` call (host `cu_seqlens`; ValueError for device values)."""
+  if not checks.is_host(cu_seqlens):
+    raise ValueError("cu_seqlens: a packed prefill on the reference backend needs host values")
+  cu = np.asarray(cu_seqlens)
+  n, T = np.diff(cu), args.xbc.shape[0]
+  L = int(n.max())
+  rows = np.minimum(cu[:-1, None] + np.arange(L)[None, :], T - 1)        # [S, L]
+  pad = lambda a: None if a is None else a[rows]
+  padded = status.call_args(pad(args.xbc), pad(args.dt), args.state_row, pad(args.z),
+                            args.cache_indices, n.astype(np.int32))
+  if L > cfg.capacity:
+    y, state = ragged_reference(cfg, params, state, padded, n, entries_checked)
+  else:
+    y, state = call(params, state, padded, cfg=cfg, backend=config_lib.REFERENCE,
+                    chunked=False, ragged=False, entries_checked=entries_checked)
+  own = np.arange(L)[None, :] < n[:, None]
+  out = jnp.zeros((T, cfg.d_inner), args.xbc.dtype)
+  return out.at[rows[own]].set(y[own].astype(out.dtype)), state
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend"))

@@ -122,18 +122,21 @@ def project(a, w):
 
 def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
           cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
-          backend: str | None = None):
-  """One mixer layer over R rows of each sequence.
+          cu_seqlens=None, backend: str | None = None):
+  """One mixer layer over R rows of each sequence, or over prompts packed back to back.
 
   Args:
     cfg, params: `MixerConfig`, `MixerParams`.
     state: the pool (`init_state(cfg.ssm, ...)`); donated when run eagerly.
-    hidden: [B, R, d_model], float32, bfloat16 or float16 (the activation dtype).
+    hidden: [B, R, d_model], float32, bfloat16 or float16 (the activation dtype); [T, d_model]
+      with `cu_seqlens`.
     state_row, cache_indices, num_rows, backend: as `m2v_jax.verify`.
     prefill, chunked: run `m2v_jax.prefill` (any R, ragged with num_rows) instead of verify.
+    cu_seqlens: [S+1] int32: run `m2v_jax.prefill_packed` on the prompts at these offsets.
 
   Returns:
-    (out [B, R, d_model] in hidden's dtype, new state); NaN rows if rejected, 0 if padding.
+    (out [B, R, d_model] or [T, d_model] in hidden's dtype, new state); NaN rows if rejected,
+    0 if padding.
 
   Raises:
     ValueError / TypeError: as the ops, and parameter shapes that do not match `cfg`.
@@ -141,17 +144,24 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
   check_params(cfg, params)
   out, state = mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
                              num_rows=num_rows, prefill=prefill, chunked=chunked,
-                             backend=backend)
+                             cu_seqlens=cu_seqlens, backend=backend)
   return out.astype(hidden.dtype), state
 
 
 def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
                   cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
-                  backend: str | None = None):
+                  cu_seqlens=None, backend: str | None = None):
   """`mixer` in float32 before the cast (a head shard's partial out_proj sum); params unchecked."""
   dtype = hidden.dtype
   z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj).astype(dtype))
-  if prefill:
+  if cu_seqlens is not None:
+    if num_rows is not None or chunked is False:
+      raise ValueError("cu_seqlens: a packed prefill takes no num_rows and always runs the "
+                       "chunked path")
+    y, state = ops.prefill_packed(cfg.ssm, params.ssm, state, xbc, dt, cu_seqlens,
+                                  state_row=state_row, cache_indices=cache_indices,
+                                  backend=backend)
+  elif prefill:
     y, state = ops.prefill(cfg.ssm, params.ssm, state, xbc, dt, state_row,
                            cache_indices=cache_indices, num_rows=num_rows, chunked=chunked,
                            backend=backend)

@@ -74,7 +74,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
 
   Args, returns: as `verify`, plus `chunked` (ignored by the reference backend) and
   `chunk_tiles` (overrides `chunk_tile_config`). The chunked path's scratch grows with B x R
-  (about 0.37 GB per sequence at Bolt geometry, R=4096, bfloat16).
+  (0.41 GB for one sequence of 4096 rows at Bolt geometry, bfloat16); prompts of different
+  lengths are better given to `prefill_packed`.
 
   Raises:
     ValueError / TypeError: as `verify` (any R); `chunked=True` or a ragged R > capacity on a
@@ -98,6 +99,51 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=chunked,
                        ragged=ragged, chunk_tiles=chunk_tiles if chunked else None,
                        entries_checked=entries_checked)
+
+
+def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt,
+                   cu_seqlens, *, state_row=0, z=None, cache_indices=None,
+                   backend: str | None = None,
+                   chunk_tiles: tiles_lib.ChunkTiles | None = None):
+  """Prefills S prompts given back to back (vLLM's and mamba_ssm's `cu_seqlens` layout).
+
+  Prompt s (rows cu_seqlens[s] .. cu_seqlens[s+1] - 1) starts from its entry's committed state
+  at `state_row` and leaves the entry as `prefill` of it alone would, in either mode. Bodies
+  run through the chunked scan in chunks that never straddle two prompts, each prompt's last
+  min(n, capacity) rows through one verify call; no kernel runs past cu_seqlens[S]. Shapes are
+  static in T and S only.
+
+  Args:
+    cfg, params, state, z, cache_indices, backend: as `verify`, with S sequences and T rows
+      (z [T, H*P]); "reference" needs host `cu_seqlens`.
+    xbc: [T, C] raw rows of all prompts; dt: [T, H]; float32, bfloat16 or float16.
+    cu_seqlens: [S+1] int32 offsets: 0 first, nondecreasing, at most T.
+    state_row: [S] int32 (or one int for all), as in `prefill`.
+    chunk_tiles: overrides `chunk_tile_config`.
+
+  Returns:
+    (y [T, H*P] in xbc's dtype, 0 past cu_seqlens[S]; new state). A prompt rejected on the
+    device (state_row, entry, or offsets out of order, empty or past T) gets NaN y and an
+    untouched entry.
+
+  Raises:
+    ValueError / TypeError: as `verify`; host offsets not starting at 0, an empty prompt,
+      offsets past T; a geometry the compiled chunked scan does not take.
+  """
+  backend = config_lib.resolve_backend(backend)
+  cu, state_row, cache_indices = checks.packed(cfg, params, state, xbc, dt, cu_seqlens,
+                                               state_row, z, cache_indices)
+  checks.backend(cfg, backend)
+  entries_checked = checks.entries_checked(cache_indices)
+  if backend == config_lib.REFERENCE:
+    args = status.call_args(None, None, state_row, None, cache_indices)._replace(
+        xbc=xbc, dt=dt, z=z)
+    return dispatch.packed_reference(cfg, params, state, args, cu, entries_checked)
+  dispatch.use_chunked(cfg, backend, cfg.capacity + 1, True)      # raises where it cannot run
+  args = status.CallArgs(xbc, dt, state_row, z, cache_indices, None)
+  return dispatch.packed(params, state, args, jnp.asarray(cu, jnp.int32), cfg=cfg,
+                         backend=backend, chunk_tiles=chunk_tiles,
+                         entries_checked=entries_checked)
 
 
 def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, state_row, *,

@@ -15,6 +15,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from m2v_jax import config as config_lib
 from m2v_jax import layer as layer_lib
+from m2v_jax import ops
 from m2v_jax.params import LayerParams
 from m2v_jax.state import CompactState, SnapshotState
 
@@ -147,11 +148,14 @@ def _shard_call(mesh, explicit: bool, local, args, in_specs, out_specs):
 
 def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_axis: str,
             batch_axis: str | None = None, **op_kwargs):
-  """`op` (`m2v_jax.verify` or `m2v_jax.prefill`) on global arrays, sharded.
+  """`op` (`m2v_jax.verify`, `m2v_jax.prefill` or `m2v_jax.prefill_packed`) on global arrays,
+  sharded.
 
   Returns `f(params, state, xbc, dt, state_row, z=None) -> (y, state)` on global arrays in TP
   layout (`to_tp_layout`): heads over `head_axis`, sequences and pool entries over
-  `batch_axis`. Jit it with the state donated. Auto and Explicit mesh axes both work.
+  `batch_axis`; for `prefill_packed`, `f(params, state, xbc, dt, cu_seqlens, state_row,
+  z=None)` with heads sharded only. Jit it with the state donated. Auto and Explicit mesh
+  axes both work.
 
       mesh = jax.make_mesh((2,), ("tp",))
       step = jax.jit(sharded(m2v_jax.verify, mesh, cfg, head_axis="tp"), donate_argnums=1)
@@ -169,12 +173,29 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
     **op_kwargs: passed to `op` (e.g. `backend=`).
 
   Raises:
-    ValueError: the head-axis size does not divide nheads and ngroups; mixed axis types.
+    ValueError: the head-axis size does not divide nheads and ngroups; mixed axis types; a
+      batch_axis with `prefill_packed`.
   """
   n = mesh.shape[head_axis]
   lcfg = local_config(cfg, n)
   h, b = head_axis, batch_axis
   explicit = _explicit(mesh, [a for a in (h, b) if a is not None])
+
+  if op is ops.prefill_packed:
+    if b is not None:
+      raise ValueError("batch_axis: a packed prefill's rows are not split by sequence; shard "
+                       "its heads only (batch_axis=None)")
+
+    def run_packed(params, state, xbc, dt, cu_seqlens, state_row, z=None):
+      p_spec, s_spec = _specs(state, h, None)
+      x_spec = P(None, h)
+      in_specs = (p_spec, s_spec, x_spec, x_spec, P(), P()) + ((x_spec,) if z is not None else ())
+      args = (params, state, xbc, dt, cu_seqlens, state_row) + ((z,) if z is not None else ())
+      local = lambda p, s, x, d, cu, r, *zz: op(lcfg, p, s, x, d, cu, state_row=r,
+                                                z=zz[0] if zz else None, **op_kwargs)
+      return _shard_call(mesh, explicit, local, args, in_specs, (x_spec, s_spec))
+
+    return run_packed
 
   def run(params, state, xbc, dt, state_row, z=None):
     p_spec, s_spec = _specs(state, h, b)

@@ -272,7 +272,7 @@ def test_ragged_prompts_through_the_model(backend):
   """Two prompts of 40 and 25 tokens in one ragged prefill (`num_rows`), then a decode step
   each: transformers' logits of the 40-token prompt, and of its first 25 tokens for the
   shorter one (a causal model's prefix); the shorter one's decode step as after a prefill of
-  its 25 tokens alone."""
+  its 25 tokens alone. Then the two prompts packed (`cu_seqlens`)."""
   cfg, p = hf.load(FIXTURE, replay_mode="compact")
   states = hf.init_states(cfg, 2, jnp.float32)
   prompt = GOLDEN["prompt"]
@@ -292,6 +292,12 @@ def test_ragged_prompts_through_the_model(backend):
   want, _ = hf.forward(cfg, p, alone, np.array([[tok]]), np.array([7], np.int32),
                        backend=backend)
   assert rel(out[1, 0], want[0, 0]) < 1e-5
+  # The same prompts packed back to back (`cu_seqlens`): logits [T, V].
+  packed, _ = hf.forward(cfg, p, hf.init_states(cfg, 2, jnp.float32),
+                         np.concatenate([prompt, prompt[:25]]), 0,
+                         cu_seqlens=np.array([0, 40, 65], np.int32), backend=backend)
+  assert rel(packed[:40], GOLDEN["prompt_logits"]) < 1e-5
+  assert rel(packed[40:], GOLDEN["prompt_logits"][:25]) < 1e-5
 
 
 def test_sharded_checkpoint_reads_only_the_mamba_layers(tmp_path):

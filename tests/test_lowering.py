@@ -105,18 +105,38 @@ def test_committed_state_fold_lowers():
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-@pytest.mark.parametrize("R,z", [(4096, False), (77, True)])
-def test_chunked_prefill_lowers(mode, R, z):
+@pytest.mark.parametrize("B,R,z", [(2, 4096, False), (2, 77, True), (1, 37, False)])
+def test_chunked_prefill_lowers(mode, B, R, z):
+  """Long and short calls; at R=37 y has fewer rows than one chunk."""
   cfg = m.BOLT.replace(replay_mode=mode)
-  text = lower(cfg, 2, R, z, chunked=True)
-  # body conv + chunked scan (3 kernels) + verify tail (conv, ssm) + compact fold (conv, ssm)
-  assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
+  text = lower(cfg, B, R, z, chunked=True)
+  # body conv (2 kernels) + chunked scan (4) + verify tail (conv, ssm) + its y rows (1)
+  # + compact fold (conv, ssm)
+  assert text.count("__gpu$xla.gpu.triton") == (9 if mode == "snapshot" else 11)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_ragged_prefill_lowers(mode):
   text = lower(m.BOLT.replace(replay_mode=mode), 3, 300, chunked=True, ragged=True)
-  assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
+  assert text.count("__gpu$xla.gpu.triton") == (9 if mode == "snapshot" else 11)
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+@pytest.mark.parametrize("z", [False, True])
+def test_packed_prefill_lowers(mode, z):
+  """Device offsets and entries: the same launches as a chunked prefill, nothing else of the
+  library's own."""
+  cfg = m.BOLT.replace(replay_mode=mode)
+  T, S = 1000, 5
+  sds = jax.ShapeDtypeStruct
+  p, state, _ = dispatch.abstract_call_args(cfg, S, 1)
+  args = status.CallArgs(sds((T, cfg.conv_dim), jnp.bfloat16), sds((T, cfg.nheads), jnp.bfloat16),
+                         sds((S,), jnp.int32), sds((T, cfg.d_inner), jnp.bfloat16) if z else None,
+                         sds((S,), jnp.int32), None)
+  f = lambda p, s, a, cu: dispatch.packed(p, s, a, cu, cfg=cfg, backend="pallas",
+                                          entries_checked=False)
+  text = backend.lower_for_cuda(f, p, state, args, sds((S + 1,), jnp.int32), donate_argnums=(1,))
+  assert text.count("__gpu$xla.gpu.triton") == (9 if mode == "snapshot" else 11)
 
 
 @pytest.mark.parametrize("precision", ["highest", "tf32", "bf16"])
@@ -136,7 +156,7 @@ def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
 def test_state_passing_takes_narrow_p_tiles():
   """The state-passing kernel has no dot: P tiles below 16 lower (here 4 rows)."""
   text = lower(m.BOLT, 1, 200, chunked=True, chunk_tiles=m.ChunkTiles(block_p=4))
-  assert text.count("__gpu$xla.gpu.triton") == 6
+  assert text.count("__gpu$xla.gpu.triton") == 9
 
 
 def test_triton_kernels_capture_ir_and_launch_params():
@@ -162,4 +182,4 @@ def test_chunked_prefill_lowers_for_headdim_96(mode):
   cfg = m.Mamba2Config(nheads=8, headdim=96, dstate=64, ngroups=2, replay_mode=mode)
   assert chunk_scan.supported(cfg)
   text = lower(cfg, 2, 136, chunked=True)
-  assert text.count("__gpu$xla.gpu.triton") == (6 if mode == "snapshot" else 8)
+  assert text.count("__gpu$xla.gpu.triton") == (9 if mode == "snapshot" else 11)

@@ -15,27 +15,53 @@ from tests.helpers import (PRECISION_BOUND, Pair, check_chunked_pool, assert_bit
 
 
 def test_chunk_out_fills_rows_of_sequences_not_run():
-  """The output kernel writes its `fill` value into every body row of a sequence it
-  does not run (the op passes NaN or zero). Checked with 7.0: interpret mode leaves unwritten
+  """The output kernel writes each sequence's `fill` into the body rows of a sequence it does
+  not run and into its rows past n (the op passes NaN or zero), and zeros past the sequences;
+  it leaves the verify tails' rows alone. Checked with 7.0: interpret mode leaves unwritten
   outputs NaN, so the op-level NaN check alone could not fail there."""
   cfg = small_cfg()
-  B, E, Rb = 2, 2, 40
-  plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=E, B=B, has_z=False, y_dtype=jnp.float32,
-                      tiles=m.ChunkTiles(chunk=16), interpret=True)
+  cap, L = cfg.capacity, 16
+  # Sequence 0 runs: 40 rows, 45 reserved; sequence 1 does not: 30 rows; 9 trailing rows.
+  n, T = np.array([40, 30]), 84
+  plan = pk.ChunkPlan(cfg=cfg, T=T, S=2, E=2, has_z=False, y_dtype=jnp.float32,
+                      tiles=m.ChunkTiles(chunk=L), interpret=True, max_body=40)
+  rb = np.maximum(n - cap, 0)
+  i32 = lambda a: jnp.asarray(a, jnp.int32)
+  slots = pk.slot_table(plan, i32([0, 45, 75]), i32([40, 30, 0]), i32([45, 30, 9]),
+                        i32([*rb, 0]))
   rng = np.random.default_rng(3)
-  xr = jnp.asarray(rng.normal(size=(B, plan.Rp, cfg.conv_dim)), jnp.float32)
-  dtr = jnp.asarray(rng.uniform(0, 1, size=(B, plan.Rp, cfg.nheads)), jnp.float32)
+  xr = jnp.asarray(rng.normal(size=(plan.conv_T, cfg.conv_dim)), jnp.float32)
+  dtr = jnp.asarray(rng.uniform(0, 1, size=(T, cfg.nheads)), jnp.float32)
   p = m.random_params(cfg, 3)
-  ssm = jnp.zeros((E, cfg.capacity, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
-  _, y = pk.chunk_scan(
-      plan, jnp.arange(B, dtype=jnp.int32), jnp.zeros(B, jnp.int32),
-      jnp.asarray([1, 0], jnp.int32), jnp.full((B,), Rb, jnp.int32),
-      jnp.asarray([0.0, 7.0], jnp.float32), xr, dtr, None,
-      p.A_log, p.D, ssm)
+  ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
+  _, y = pk.chunk_scan(plan, slots, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
+                       jnp.asarray([0.0, 7.0, 0.0], jnp.float32), xr, dtr, None, p.A_log, p.D,
+                       ssm)
   y = np.asarray(y)
-  assert y.shape == (B, plan.y_rows, cfg.d_inner)
-  assert np.all(y[1, :plan.Rp] == 7.0), "fill rows of the sequence not run"
-  assert np.all(np.isfinite(y[0, :Rb])), "the sequence run"
+  assert y.shape == (T, cfg.d_inner)
+  assert np.all(np.isfinite(y[:rb[0]])), "the body of the sequence run"
+  assert np.all(np.isnan(y[rb[0]:40])), "its tail: left to the verify call"
+  assert np.all(y[40:45] == 0.0), "its rows past n"
+  assert np.all(y[45:45 + rb[1]] == 7.0), "the body of the sequence not run"
+  assert np.all(np.isnan(y[45 + rb[1]:75])), "its tail: left to the verify call"
+  assert np.all(y[75:] == 0.0), "rows past the sequences"
+
+
+def test_slot_table_covers_bodies_and_fills():
+  """Slots: each body in chunks that never straddle two sequences, first and count per
+  sequence, then the blocks to fill; every other slot has no rows."""
+  cfg = small_cfg()
+  plan = pk.ChunkPlan(cfg=cfg, T=100, S=3, E=3, has_z=False, y_dtype=jnp.float32,
+                      tiles=m.ChunkTiles(chunk=16), interpret=True, max_body=60)
+  i32 = lambda a: jnp.asarray(a, jnp.int32)
+  t = pk.slot_table(plan, i32([0, 40, 41, 90]), i32([40, 1, 45, 0]), i32([40, 1, 49, 10]),
+                    i32([32, 0, 37, 0]))
+  got = [(int(s), int(r), int(k), int(b)) for s, r, k, b in zip(t.seq, t.row0, t.rows, t.body)
+         if k > 0]
+  assert got == [(0, 0, 16, 1), (0, 16, 16, 1), (2, 41, 16, 1), (2, 57, 16, 1), (2, 73, 5, 1),
+                 (2, 86, 4, 0), (3, 90, 10, 0)]
+  assert list(np.asarray(t.first)) == [0, 2, 2, 5] and list(np.asarray(t.count)) == [2, 0, 3, 0]
+  assert len(t.seq) == plan.n_slots == 100 // 16 + 2 * 4
 
 
 @pytest.mark.parametrize("Rb,conv_rows,plan_rows,dtype,conv_dtype", [
@@ -46,9 +72,9 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
     (16, 16, 16, jnp.float32, jnp.bfloat16),  # one full block, no padding
     (64, 16, 16, jnp.bfloat16, jnp.bfloat16)])
 def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype):
-  """The body's conv kernel vs `reference.conv_prefill`: rows before the body from the conv
-  state (bfloat16 state or inputs too), rows of the padding zero, the conv state after the
-  body. conv_rows below K-1 are raised (only the first block reads the conv state), above
+  """The bodies' conv kernel vs `reference.conv_prefill`, two sequences back to back with a
+  gap between them: rows before each body from its conv state (bfloat16 state or inputs too),
+  every other row zero, the conv state after each body. conv_rows below K-1 are raised, above
   the chunk lowered. The rows are stored in the activation dtype."""
   cfg = small_cfg()
   B, R = 2, Rb + 8
@@ -57,17 +83,20 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   dt = jnp.asarray(rng.normal(size=(B, R, cfg.nheads)), dtype)
   conv0 = jnp.asarray(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
   p = m.random_params(cfg, Rb)
-  plan = pk.ChunkPlan(cfg=cfg, Rb=Rb, E=B, B=B, has_z=False, y_dtype=dtype, interpret=True,
-                      tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32))
+  plan = pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=False, y_dtype=dtype, interpret=True,
+                      tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32),
+                      max_body=Rb)
   assert plan.conv_rows == plan_rows
-  post, dtp, conv_end = dispatch.body_inputs(plan, p, conv0, xbc, dt,
+  base = jnp.arange(B, dtype=jnp.int32) * R
+  post, dtp, conv_end = dispatch.body_inputs(plan, p, conv0, xbc.reshape(B * R, -1),
+                                             dt.reshape(B * R, -1), base,
                                              jnp.full((B,), Rb, jnp.int32))
   want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
-  assert post.shape == (B, plan.Rp, cfg.conv_dim) and dtp.shape == (B, plan.Rp, cfg.nheads)
+  assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
   assert post.dtype == dtype                      # rounded to the activations: stored so
+  post = post[:B * R].reshape(B, R, -1)
   assert_close(post[:, :Rb].astype(jnp.float32), want, 1e-6, "post-conv rows")
-  assert_bitwise(post[:, Rb:], jnp.zeros_like(post[:, Rb:]), "padding rows")
-  assert_bitwise(dtp[:, Rb:], jnp.zeros_like(dtp[:, Rb:]), "padding dt")
+  assert_bitwise(post[:, Rb:], jnp.zeros_like(post[:, Rb:]), "rows past the bodies")
   assert_bitwise(conv_end, want_end, "conv state after the body")
 
 
@@ -76,8 +105,9 @@ def test_chunk_heads_keep_the_grid_full():
   grid would fall below MIN_LOCAL_PROGRAMS programs (short bodies), never below one; the
   output kernel's (1 in the table) the same rule."""
   tiles = m.chunk_tile_config(m.BOLT)
-  plan = lambda Rb, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, Rb=Rb, E=B, B=B, has_z=False,
-                                               y_dtype=jnp.bfloat16, tiles=t)
+  plan = lambda Rb, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, T=B * (Rb + 8), S=B, E=B,
+                                               has_z=False, y_dtype=jnp.bfloat16, tiles=t,
+                                               max_body=Rb)
   assert (tiles.state_heads, tiles.out_heads) == (16, 1)
   assert [plan(Rb).state_heads for Rb in (4088, 504, 29)] == [16, 2, 1]
   assert plan(504, B=4).state_heads == 8
@@ -86,7 +116,7 @@ def test_chunk_heads_keep_the_grid_full():
   assert [plan(Rb, t=wide).out_heads for Rb in (4088, 504)] == [8, 2]
   for Rb in (4088, 504):
     p = plan(Rb)
-    assert m.BOLT.nheads // p.state_heads * (p.Rp // p.chunk) >= pk.MIN_LOCAL_PROGRAMS
+    assert m.BOLT.nheads // p.state_heads * (p.T // p.chunk) >= pk.MIN_LOCAL_PROGRAMS
 
 
 @pytest.mark.parametrize("fields,match", [
@@ -113,7 +143,7 @@ def test_a_ragged_call_off_the_chunked_path_is_rejected():
 
 def test_chunk_shorter_than_conv_state_is_rejected():
   with pytest.raises(ValueError, match="below the conv state"):
-    pk.ChunkPlan(cfg=small_cfg(), Rb=40, E=1, B=1, has_z=False, y_dtype=jnp.float32,
+    pk.ChunkPlan(cfg=small_cfg(), T=48, S=1, E=1, has_z=False, y_dtype=jnp.float32,
                  tiles=m.ChunkTiles(chunk=2), interpret=True)
 
 
@@ -155,8 +185,8 @@ class PrefillChecks:
     program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
-    plan = pk.ChunkPlan(cfg=cfg, Rb=43, E=2, B=2, has_z=True, y_dtype=jnp.float32, tiles=tiles,
-                        interpret=True)
+    plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,
+                        tiles=tiles, interpret=True, max_body=43)
     assert (plan.state_heads, plan.out_heads) == heads
     p = m.random_params(cfg, 41)
     rng = np.random.default_rng(41)

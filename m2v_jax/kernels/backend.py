@@ -61,6 +61,16 @@ def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_s
   return dict(zip(outs, results))
 
 
+def load(ref, mask, other=0.0):
+  """`ref` (a `ref.at[...]` view) where `mask` (broadcast to its shape), else `other`."""
+  return plt.load(ref, mask=jnp.broadcast_to(mask, ref.shape), other=other)
+
+
+def store(ref, value, mask) -> None:
+  """Stores `value` into the `ref.at[...]` view where `mask` (broadcast to its shape)."""
+  plt.store(ref, value, mask=jnp.broadcast_to(mask, ref.shape))
+
+
 def _aliases(aliases, in_index, out_index, name):
   """`input_output_aliases` from {input name: output name}, skipping pairs with both absent."""
   out = {}
@@ -222,12 +232,6 @@ def dot(a, b, *, precision: str, trans_a: bool = False, trans_b: bool = False,
   dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
   a, b, prec = _operands(a, b, precision, interpret)
   return lax.dot_general(a, b, dims, precision=prec, preferred_element_type=jnp.float32)
-
-
-def einsum(spec: str, a, b, *, precision: str, interpret: bool = False):
-  """`jnp.einsum` in XLA with products at `precision` as `dot`; float32 out."""
-  a, b, prec = _operands(a, b, precision, interpret)
-  return jnp.einsum(spec, a, b, precision=prec, preferred_element_type=jnp.float32)
 
 
 def abstract_h200_mesh():

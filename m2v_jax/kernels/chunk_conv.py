@@ -1,4 +1,4 @@
-"""The causal conv of a chunked prefill's body, as one Pallas kernel."""
+"""The causal conv of a chunked prefill's bodies: all rows, then each sequence's first K-1."""
 
 from __future__ import annotations
 
@@ -9,58 +9,100 @@ from jax.experimental import pallas as pl
 
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import rowmath
+from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels.chunk_scan import ChunkPlan
 
 f32 = jnp.float32
 
 
-def _conv_kernel(*, xbc_ref, head_ref, rb_ref, w_ref, bias_ref, post_ref, plan: ChunkPlan):
-  """Body conv, grid (Rp / conv_rows, C / conv_cols, B).
-
-  Refs:
-    xbc_ref   [B, R, C]        raw rows (the body is rows 0..Rb-1)
-    head_ref  [B, K-1, C]      conv state before the body, oldest first
-    rb_ref    [B] int32        body rows of each sequence
-    w_ref     [C, K] f32, bias_ref [C] f32
-    post_ref  [B, Rp, C]       post-conv rows in the activation dtype, zero from rb on
-  """
-  cfg = plan.cfg
-  K, BR, BC, Rb = cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.Rb
-  i, j, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  r = i * BR + lax.broadcasted_iota(jnp.int32, (BR,), 0)
-  cols = pl.ds(j * BC, BC)
+def _output(plan, w_ref, bias_ref, cols, window):
+  """Post-conv rows [rows, BC] from `window(k)`, the rows' tap k as float32."""
+  K = plan.cfg.d_conv
   taps = [w_ref[cols, k].astype(f32)[None, :] for k in range(K)]
   bias = bias_ref[cols].astype(f32)[None, :]
-
-  def conv(first: bool):
-    window = []
-    for k in range(K):
-      src = r - (K - 1) + k                                      # body row of tap k
-      v = xbc_ref[b, jnp.clip(src, 0, Rb - 1), cols].astype(f32)           # [BR, BC]
-      if first:                                                  # rows before the body
-        hv = head_ref[b, jnp.clip(src + K - 1, 0, K - 2), cols].astype(f32)
-        v = jnp.where((src >= 0)[:, None], v, hv)
-      window.append(v)
-    out = rowmath.conv_output(taps, window, bias, plan.y_dtype, not plan.interpret)
-    post_ref[b, pl.ds(i * BR, BR), cols] = jnp.where((r < rb_ref[b])[:, None], out,
-                                                     0.0).astype(post_ref.dtype)
-
-  # Only the first block reaches before the body (conv_rows >= K-1 by the plan).
-  pl.when(i == 0)(lambda: conv(True))
-  pl.when(i > 0)(lambda: conv(False))
+  return rowmath.conv_output(taps, [lambda k=k: window(k) for k in range(K)], bias,
+                             plan.y_dtype, not plan.interpret)
 
 
-def body_conv(plan: ChunkPlan, xbc, conv0, rb, conv_weight, conv_bias):
-  """Post-conv body rows [B, Rp, C] (xbc's dtype) from xbc [B, R, C] and conv0 [B, C, K-1]."""
+def _conv_kernel(*, xbc_ref, live_ref, w_ref, bias_ref, post_ref, plan: ChunkPlan):
+  """Body conv, grid (conv_T / conv_rows, C / conv_cols); taps from the previous rows of xbc
+  (`_head_kernel` then rewrites each sequence's first K-1 rows); a block without a body row
+  stores zeros.
+
+  Refs:
+    xbc_ref   [T, C]           raw rows, sequences back to back
+    live_ref  [conv_T] int32   1 for a body row
+    w_ref     [C, K] f32, bias_ref [C] f32
+    post_ref  [conv_T, C]      post-conv body rows in the activation dtype, zero elsewhere
+  """
+  K, BR, BC, T = plan.cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.T
+  i, j = pl.program_id(0), pl.program_id(1)
+  rows, cols = pl.ds(i * BR, BR), pl.ds(j * BC, BC)
+  r = i * BR + lax.broadcasted_iota(jnp.int32, (BR,), 0)
+  live = live_ref[rows] > 0
+  any_live = jnp.max(live.astype(jnp.int32)) > 0
+
+  @pl.when(any_live)
+  def _conv():
+    out = _output(plan, w_ref, bias_ref, cols, lambda k: xbc_ref[
+        jnp.clip(r - (K - 1) + k, 0, T - 1), cols].astype(f32))
+    post_ref[rows, cols] = jnp.where(live[:, None], out, 0.0).astype(post_ref.dtype)
+
+  @pl.when(jnp.logical_not(any_live))
+  def _zeros():
+    post_ref[rows, cols] = jnp.zeros((BR, BC), post_ref.dtype)
+
+
+def _head_kernel(*, xbc_ref, base_ref, rb_ref, head_ref, w_ref, bias_ref, post_ref,
+                 post_out_ref, plan: ChunkPlan):
+  """The first K-1 rows of each body, their earlier taps from the sequence's conv state,
+  grid (S, C / conv_cols).
+
+    base_ref, rb_ref [S] int32; head_ref [S, K-1, C]: conv state before each sequence, oldest
+    first; post_ref: `_conv_kernel`'s rows, aliased to post_out_ref.
+  """
+  K, BC, T = plan.cfg.d_conv, plan.conv_cols, plan.T
+  HR = tiles_lib.next_pow2(K - 1)
+  s, j = pl.program_id(0), pl.program_id(1)
+  cols = pl.ds(j * BC, BC)
+  base = base_ref[s]
+  t = lax.broadcasted_iota(jnp.int32, (HR,), 0)                  # row within the sequence
+
+  @pl.when(rb_ref[s] > 0)
+  def _run():
+    def window(k):
+      back = t - (K - 1) + k
+      v = xbc_ref[jnp.clip(base + back, 0, T - 1), cols].astype(f32)
+      hv = head_ref[s, jnp.clip(back + K - 1, 0, K - 2), cols].astype(f32)
+      return jnp.where((back >= 0)[:, None], v, hv)
+
+    out = _output(plan, w_ref, bias_ref, cols, window)
+    own = (t < K - 1) & (t < rb_ref[s])
+    backend.store(post_out_ref.at[pl.ds(base, HR), cols], out.astype(post_out_ref.dtype),
+                  own[:, None])
+
+
+def body_conv(plan: ChunkPlan, xbc, live, base, rb, conv0, conv_weight, conv_bias):
+  """Post-conv body rows [conv_T, C] (xbc's dtype) of xbc [T, C].
+
+  live [conv_T] int32 (`_conv_kernel`); base, rb [S] int32: each sequence's first row and
+  body rows; conv0 [S, C, K-1]: the conv state before each sequence.
+  """
   cfg = plan.cfg
   C = cfg.conv_dim
-  head = jnp.swapaxes(conv0, 1, 2)                               # [B, K-1, C]
-  out = backend.pallas_call(
-      lambda **refs: _conv_kernel(**refs, plan=plan),
-      inputs=dict(xbc_ref=xbc, head_ref=head, rb_ref=rb, w_ref=conv_weight,
-                  bias_ref=conv_bias),
-      outputs=dict(post_ref=jax.ShapeDtypeStruct((plan.B, plan.Rp, C), plan.y_dtype)),
-      grid=(plan.Rp // plan.conv_rows, C // plan.conv_cols, plan.B),
-      num_warps=plan.tiles.conv_warps, num_stages=1, interpret=plan.interpret,
-      name=f"m2v_chunk_conv_{cfg.replay_mode}")
-  return out["post_ref"]
+  launch = lambda kernel, **kw: backend.pallas_call(
+      lambda **refs: kernel(**refs, plan=plan), num_warps=plan.tiles.conv_warps,
+      num_stages=1, interpret=plan.interpret, **kw)
+  post = launch(
+      _conv_kernel,
+      inputs=dict(xbc_ref=xbc, live_ref=live, w_ref=conv_weight, bias_ref=conv_bias),
+      outputs=dict(post_ref=jax.ShapeDtypeStruct((plan.conv_T, C), plan.y_dtype)),
+      grid=(plan.conv_T // plan.conv_rows, C // plan.conv_cols),
+      name=f"m2v_chunk_conv_{cfg.replay_mode}")["post_ref"]
+  return launch(
+      _head_kernel,
+      inputs=dict(xbc_ref=xbc, base_ref=base, rb_ref=rb, head_ref=jnp.swapaxes(conv0, 1, 2),
+                  w_ref=conv_weight, bias_ref=conv_bias, post_ref=post),
+      outputs=dict(post_out_ref=jax.ShapeDtypeStruct(post.shape, post.dtype)),
+      aliases=dict(post_ref="post_out_ref"), grid=(plan.S, C // plan.conv_cols),
+      name=f"m2v_chunk_conv_head_{cfg.replay_mode}")["post_out_ref"]

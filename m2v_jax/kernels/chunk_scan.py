@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,20 +31,23 @@ def supported(cfg: config_lib.Mamba2Config) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkPlan:
-  """Static description of a chunked-scan launch: geometry, body rows Rb (R = Rb + capacity),
-  pool entries E, sequences B, gate, activation dtype, `ChunkTiles`, interpret mode.
+  """Static description of a chunked scan over T flat rows holding S sequences (the
+  per-sequence arrays of the kernels have S + 1 entries, the last for the rows past them);
+  E pool entries; gate, activation dtype, `ChunkTiles`, interpret mode; `max_body`, the
+  longest body a sequence can have, sets the chunk of short calls.
 
   Raises ValueError, compiled, for a chunk or local_block_p below 16, and for a chunk below K-1.
   """
 
   cfg: config_lib.Mamba2Config
-  Rb: int
+  T: int
+  S: int
   E: int
-  B: int
   has_z: bool
   y_dtype: jnp.dtype
   tiles: tiles_lib.ChunkTiles
   interpret: bool = False
+  max_body: int | None = None
 
   def __post_init__(self):
     if self.chunk < self.cfg.d_conv - 1:
@@ -56,16 +60,19 @@ class ChunkPlan:
   @property
   def chunk(self) -> int:
     """Rows per chunk: the tiles', at most 64 for bodies of up to 64 rows."""
-    return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, tiles_lib.next_pow2(self.Rb)))
+    body = self.T if self.max_body is None else self.max_body
+    return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, tiles_lib.next_pow2(body)))
 
   @property
-  def n_chunks(self) -> int:
-    return self.Rp // self.chunk
+  def n_slots(self) -> int:
+    """Slots enough for any layout: sum(ceil(a_i / L)) <= T // L + (number of terms)."""
+    return self.T // self.chunk + 2 * (self.S + 1)
 
   @property
-  def Rp(self) -> int:
-    """Body rows padded to a multiple of the chunk."""
-    return -(-self.Rb // self.chunk) * self.chunk
+  def conv_T(self) -> int:
+    """Rows of the post-conv and dt scratch: every slot's L rows in bounds (T + L), rounded up
+    to the conv's row block."""
+    return -(-(self.T + self.chunk) // self.conv_rows) * self.conv_rows
 
   @property
   def block_p(self) -> int:
@@ -79,10 +86,10 @@ class ChunkPlan:
 
   def _heads(self, wanted: int) -> int:
     """Heads per chunk-parallel program: `wanted`, dividing a group's heads, halved while the
-    grid has fewer than MIN_LOCAL_PROGRAMS programs.
+    grid has fewer than MIN_LOCAL_PROGRAMS programs over the chunks that T can hold.
     """
     nh = tiles_lib.pow2_divisor(self.cfg.heads_per_group, wanted)
-    per_head = (self.cfg.headdim // self.local_block_p) * self.n_chunks * self.B
+    per_head = (self.cfg.headdim // self.local_block_p) * max(self.T // self.chunk, 1)
     while nh > 1 and self.cfg.nheads // nh * per_head < MIN_LOCAL_PROGRAMS:
       nh //= 2
     return nh
@@ -107,28 +114,53 @@ class ChunkPlan:
     return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
 
   @property
-  def R(self) -> int:
-    """Rows of the call: the body, then the capacity rows of the verify tail."""
-    return self.Rb + self.cfg.capacity
-
-  @property
   def precision(self) -> str:
     """"highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision_for`)."""
     return self.cfg.prefill_precision_for(self.y_dtype)
 
-  @property
-  def y_rows(self) -> int:
-    """Rows of y: max(Rp, R), so the verify tail's y is written into it in place."""
-    return max(self.Rp, self.R)
-
 
 def scratch_bytes(plan: ChunkPlan) -> int:
   """Bytes of the chunked body's intermediate buffers, all sequences of the call."""
-  cfg, nc, B = plan.cfg, plan.n_chunks, plan.B
+  cfg, ns, L = plan.cfg, plan.n_slots, plan.chunk
   H = cfg.nheads
-  return B * (plan.Rp * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
-              + 4 * (plan.Rp * H + nc * cfg.ngroups * plan.chunk ** 2
-                     + 2 * nc * H * cfg.headdim * cfg.dstate + nc * H))
+  return (plan.conv_T * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
+          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L
+                 + 2 * ns * H * cfg.headdim * cfg.dstate + ns * H))
+
+
+class Slots(NamedTuple):
+  """A call's slots (int32, built on the device by `slot_table`): per slot [n_slots] its
+  sequence, first flat row, rows (0: unused), and 1 for a body chunk or 0 for rows to fill;
+  per sequence [S + 1] the first body slot and the count."""
+
+  seq: jax.Array
+  row0: jax.Array
+  rows: jax.Array
+  body: jax.Array
+  first: jax.Array
+  count: jax.Array
+
+
+def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
+  """Slots for sequences at flat rows `base` [S+1] with `n` rows, `span` rows reserved (n and
+  past: filled) and `rb` body rows: each body in chunks, then each filled block."""
+  L, ns, S1 = plan.chunk, plan.n_slots, plan.S + 1
+  i32 = jnp.int32
+  gap = span - n
+  nb, ng = (rb + L - 1) // L, (gap + L - 1) // L
+  ends = jnp.cumsum(jnp.concatenate([nb, ng]))
+  starts = ends - jnp.concatenate([nb, ng])
+  i = jnp.arange(ns, dtype=i32)
+  k = jnp.searchsorted(ends, i, side="right", method="compare_all").astype(i32)  # 2(S+1): unused
+  used = k < 2 * S1
+  kk = jnp.minimum(k, 2 * S1 - 1)
+  body = kk < S1
+  s = jnp.where(body, kk, kk - S1)
+  j = i - starts[kk]
+  row0 = jnp.where(used, base[s] + jnp.where(body, 0, n[s]) + j * L, 0)
+  rows = jnp.where(used, jnp.minimum(L, jnp.where(body, rb[s], gap[s]) - j * L), 0)
+  return Slots(s.astype(i32), row0.astype(i32), rows.astype(i32),
+               (body & used).astype(i32), starts[:S1].astype(i32), nb.astype(i32))
 
 
 def _log_decay(dtv, a_h, L):
@@ -153,48 +185,75 @@ def _for_heads(nh: int, head):
     lax.fori_loop(0, nh, head, 0)
 
 
-def _chunk_states_kernel(*, valid_ref, rb_ref, xr_ref, dtr_ref, alog_ref, s_ref, dec_ref,
-                         plan: ChunkPlan):
-  """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, chunks, B).
+def _slot(seq_ref, row_ref, len_ref, L):
+  """(slot, sequence, rows [L] of the slot as a pl.ds, live [L] bool) of program id 1."""
+  i = pl.program_id(1)
+  live = lax.broadcasted_iota(jnp.int32, (L,), 0) < len_ref[i]
+  return i, seq_ref[i], pl.ds(row_ref[i], L), live
 
-    valid_ref, rb_ref [B] int32: 1 if the sequence runs, body rows
-    xr_ref [B, Rp, C]; dtr_ref [B, Rp, H] f32
-    s_ref   [B, chunks, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B
-    dec_ref [B, chunks, H] f32         exp(acum_L)
+
+def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, cb_ref,
+                     plan: ChunkPlan):
+  """C·Bᵀ of each slot's rows, grid (G, slots).
+
+    xr_ref [conv_T, C] post-conv rows; cb_ref [slots, G, L, L] f32
+  """
+  cfg = plan.cfg
+  N, G, HP, L = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk
+  g = pl.program_id(0)
+  i, s, rows, _ = _slot(seq_ref, row_ref, len_ref, L)
+
+  @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
+  def _run():
+    bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
+    cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]
+    cb_ref[i, g, :, :] = backend.dot(cm, bm, trans_b=True, precision=plan.precision,
+                                     interpret=plan.interpret)
+
+
+def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
+                         alog_ref, s_ref, dec_ref, plan: ChunkPlan):
+  """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, slots).
+
+    seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
+    xr_ref [conv_T, C] post-conv rows (finite past each slot); dtr_ref [conv_T, H] f32
+    s_ref   [slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
+    dec_ref [slots, H] f32         exp(acum_L)
   """
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
-  c, b = pl.program_id(1), pl.program_id(2)
+  i, s, rows, live = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
-  rows = pl.ds(c * L, L)
 
-  @pl.when((valid_ref[b] > 0) & (c * L < rb_ref[b]))
+  @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
   def _run():
-    bm = xr_ref[b, rows, pl.ds(HP + g * N, N)]                   # [L, N] activation dtype
+    bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
 
     def head(j, carry):
       h = h0 + j
-      x = xr_ref[b, rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
-      dtv = dtr_ref[b, rows, h]                                  # [L]
+      x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
+      dtv = jnp.where(live, dtr_ref[rows, h], 0.0)               # [L]: rows past the slot add 0
       acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
-      s_ref[b, c, h, pl.ds(pid_p * BP, BP), :] = backend.dot(
+      s_ref[i, h, pl.ds(pid_p * BP, BP), :] = backend.dot(
           x * w_s[:, None], bm, trans_a=True, precision=plan.precision,
           interpret=plan.interpret)
-      dec_ref[b, c, h] = jnp.exp(acum_l)
+      dec_ref[i, h] = jnp.exp(acum_l)
       return carry
 
     _for_heads(NH, head)
 
 
-def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, rb_ref, dec_ref, s_ref, ssm_ref,
-                       ssm_out_ref, st_ref, plan: ChunkPlan):
-  """State passing, grid (P / block_p, H, B): st = dec * st + s chunk by chunk, elementwise.
+def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
+                       ssm_ref, ssm_out_ref, st_ref, plan: ChunkPlan):
+  """State passing, grid (P / block_p, H, S+1): st = dec * st + s over a sequence's slots.
 
+    idx_ref, slot_ref, valid_ref, first_ref, count_ref [S+1] int32: entry, starting slot
+      (snapshot), 1 if it runs, first body slot, body slots
     ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
-    st_ref [B, chunks, H, P, N] f32: each chunk's starting state; not aliased to s_ref, so the
+    st_ref [slots, H, P, N] f32: each slot's starting state; not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
   """
   cfg = plan.cfg
@@ -203,17 +262,18 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, rb_ref, dec_ref, s_ref, 
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
+  first = first_ref[b]
 
-  @pl.when(valid_ref[b] > 0)
+  @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
     st = (ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]).astype(f32)
 
     def chunk(c, st):
-      own = s_ref[b, c, h, ps, :]
-      st_ref[b, c, h, ps, :] = st
-      return dec_ref[b, c, h] * st + own
+      own = s_ref[first + c, h, ps, :]
+      st_ref[first + c, h, ps, :] = st
+      return dec_ref[first + c, h] * st + own
 
-    st = lax.fori_loop(0, (rb_ref[b] + plan.chunk - 1) // plan.chunk, chunk, st)
+    st = lax.fori_loop(0, count_ref[b], chunk, st)
     st = st.astype(ssm_out_ref.dtype)
     if compact:
       ssm_out_ref[e, h, ps, :] = st
@@ -221,29 +281,31 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, rb_ref, dec_ref, s_ref, 
       ssm_out_ref[e, slot_ref[b], h, ps, :] = st
 
 
-def _chunk_out_kernel(*, valid_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, st_ref, z_ref=None,
-                      alog_ref, d_ref, y_ref, plan: ChunkPlan):
-  """y of every chunk, gated, grid (H / out_heads * P / local_block_p, chunks, B).
+def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
+                      dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_ref,
+                      plan: ChunkPlan):
+  """y of every slot's rows, gated, grid (H / out_heads * P / local_block_p, slots).
 
-    cb_ref [B, chunks, G, L, L] f32 (C·Bᵀ); st_ref: starting states; fill_ref [B] f32: y of a
-    sequence not run; y_ref [B, y_rows, H*P]: rows past the body are the verify tail's.
+    cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
+    sequence not run and of its rows past n; xr_ref, dtr_ref as `_chunk_states_kernel`;
+    z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
+    verify tails' rows are not).
   """
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
-  c, b = pl.program_id(1), pl.program_id(2)
+  i, s, rows, live = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
-  rows = pl.ds(c * L, L)
+  lv = live[:, None]
   dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
                                         interpret=plan.interpret, **kw)
+  run = (body_ref[i] > 0) & (valid_ref[s] > 0)
 
-  live = c * L < rb_ref[b]
-
-  @pl.when((valid_ref[b] > 0) & live)
+  @pl.when(run)
   def _run():
-    cb = cb_ref[b, c, g, :, :]                                   # [L, L]
-    cm = xr_ref[b, rows, pl.ds(HP + G * N + g * N, N)]           # [L, N] activation dtype
+    cb = cb_ref[i, g, :, :]                                      # [L, L]
+    cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]              # [L, N]
     t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
     s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
     causal = t_idx >= s_idx
@@ -251,86 +313,110 @@ def _chunk_out_kernel(*, valid_ref, rb_ref, fill_ref, xr_ref, dtr_ref, cb_ref, s
     def head(j, carry):
       h = h0 + j
       xcols = pl.ds(h * P + pid_p * BP, BP)
-      x = xr_ref[b, rows, xcols].astype(f32)                     # [L, BP]
-      dtv = dtr_ref[b, rows, h]                                  # [L]
+      x = xr_ref[rows, xcols].astype(f32)                        # [L, BP]
+      dtv = jnp.where(live, dtr_ref[rows, h], 0.0)               # [L]
       acum, _ = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
       w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
       y = dot(cb * w_ts, x) + d_ref[h] * x
-      cst = dot(cm, st_ref[b, c, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
+      cst = dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
       y = y + jnp.exp(acum)[:, None] * cst
       if plan.has_z:
-        y = rowmath.gate(y, z_ref[b, rows, xcols].astype(f32))
-      y_ref[b, rows, xcols] = y.astype(y_ref.dtype)
+        y = rowmath.gate(y, backend.load(z_ref.at[rows, xcols], lv).astype(f32))
+      y = y.astype(y_ref.dtype)
+      if plan.T < L:                                # no whole chunk fits in y
+        backend.store(y_ref.at[rows, xcols], y, lv)
+        return carry
+      full = len_ref[i] == L                        # a whole chunk: no mask
+      pl.when(full)(lambda: y_ref.__setitem__((rows, xcols), y))
+      pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[rows, xcols], y, lv))
       return carry
 
     _for_heads(NH, head)
 
-  @pl.when((valid_ref[b] == 0) | jnp.logical_not(live))
+  @pl.when(jnp.logical_not(run))
   def _fill():
-    value = jnp.where(valid_ref[b] > 0, 0.0, fill_ref[b])
-    tile = jnp.broadcast_to(value, (L, BP)).astype(y_ref.dtype)
+    tile = jnp.broadcast_to(fill_ref[s], (L, BP)).astype(y_ref.dtype)
     for j in range(NH):
-      y_ref[b, rows, pl.ds((h0 + j) * P + pid_p * BP, BP)] = tile
+      backend.store(y_ref.at[rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
 
 
-def group_cb(cfg, xr, chunk: int, precision: str, interpret: bool):
-  """C·Bᵀ [B, chunks, G, L, L] f32 of the post-conv rows `xr` [B, Rp, C], one batched matmul."""
-  Bsz, Rp, _ = xr.shape
-  G, N, HP = cfg.ngroups, cfg.dstate, cfg.d_inner
-  nc = Rp // chunk
-  bm = xr[..., HP:HP + G * N].reshape(Bsz, nc, chunk, G, N)
-  cm = xr[..., HP + G * N:HP + 2 * G * N].reshape(Bsz, nc, chunk, G, N)
-  return backend.einsum("bctgn,bcsgn->bcgts", cm, bm, precision=precision,
-                        interpret=interpret)
+def _rows_kernel(*, row_ref, count_ref, src_ref, y_ref, y_out_ref, block):
+  """Writes src rows [S, cap, H*P] into y at row_ref [S], count_ref rows each, grid
+  (S, H*P / block); y_ref is aliased to y_out_ref."""
+  s, j = pl.program_id(0), pl.program_id(1)
+  cap = src_ref.shape[1]
+  cols = pl.ds(j * block, block)
+  own = lax.broadcasted_iota(jnp.int32, (cap,), 0) < count_ref[s]
+  backend.store(y_out_ref.at[pl.ds(row_ref[s], cap), cols], src_ref[s, :, cols],
+                own[:, None])
 
 
-def chunk_scan(plan: ChunkPlan, cache_indices, slot, valid, rb, fill, xr, dtr, z, A_log, D, ssm):
-  """The chunked scan: `group_cb` and the three kernels.
+def write_rows(plan: ChunkPlan, y, rows, row0, count):
+  """y [T, H*P] with rows [S, cap, H*P] written at row0 [S], count [S] each, in place."""
+  S, cap, HP = rows.shape
+  block = tiles_lib.pow2_divisor(HP, 1024)
+  return backend.pallas_call(
+      lambda **refs: _rows_kernel(**refs, block=block),
+      inputs=dict(row_ref=row0, count_ref=count, src_ref=rows.astype(y.dtype), y_ref=y),
+      outputs=dict(y_out_ref=jax.ShapeDtypeStruct(y.shape, y.dtype)),
+      aliases=dict(y_ref="y_out_ref"), grid=(S, HP // block), num_warps=4, num_stages=1,
+      interpret=plan.interpret, name="m2v_chunk_tail_rows")["y_out_ref"]
+
+
+def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, xr, dtr, z,
+               A_log, D, ssm):
+  """The chunked scan's four kernels over the slots of `slot_table`.
 
   Args:
     plan: the launch.
-    cache_indices, slot, valid, rb: [B] int32 entry, starting slot (snapshot), 1 if the
-      sequence runs, body rows.
-    fill: [B] float32 y of a sequence not run (NaN: rejected, 0: padding).
-    xr, dtr: [B, Rp, C] post-conv rows, [B, Rp, H] float32 dt, both zero from rb on.
-    z: optional [B, >= Rp, H*P] gate; A_log, D: [H] float32.
+    slots: `Slots`.
+    cache_indices, slot, valid: [S+1] int32 entry, starting slot (snapshot), 1 if it runs.
+    fill: [S+1] float32 y of the rows of a sequence not run and past its n (NaN, 0).
+    xr, dtr: [conv_T, C] post-conv rows (zero past the bodies), [conv_T, H] float32
+      processed dt.
+    z: optional [T, H*P] gate; A_log, D: [H] float32.
     ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
 
   Returns:
-    (ssm, y [B, y_rows, H*P] in the activation dtype; rows Rb.. left for the verify tail).
+    (ssm, y [T, H*P] in the activation dtype; the verify tails' rows left unwritten).
   """
   cfg, t = plan.cfg, plan.tiles
-  H, P, N = cfg.nheads, cfg.headdim, cfg.dstate
-  nc = plan.n_chunks
+  H, P, N, G, L = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups, plan.chunk
+  ns = plan.n_slots
   sds = jax.ShapeDtypeStruct
   tiles_p = P // plan.local_block_p
+  table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
+               valid_ref=valid)
   launch = lambda kernel, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   own = launch(
       _chunk_states_kernel,
-      inputs=dict(valid_ref=valid, rb_ref=rb, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
-      outputs=dict(s_ref=sds((plan.B, nc, H, P, N), f32), dec_ref=sds((plan.B, nc, H), f32)),
-      grid=(H // plan.state_heads * tiles_p, nc, plan.B),
+      inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+      outputs=dict(s_ref=sds((ns, H, P, N), f32), dec_ref=sds((ns, H), f32)),
+      grid=(H // plan.state_heads * tiles_p, ns),
       num_warps=t.state_warps, num_stages=t.state_stages,
       name=f"m2v_chunk_states_{cfg.replay_mode}")
   passed = launch(
       _chunk_pass_kernel,
-      inputs=dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, rb_ref=rb,
-                  dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
-      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
-                   st_ref=sds((plan.B, nc, H, P, N), f32)),
+      inputs=dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
+                  count_ref=slots.count, dec_ref=own["dec_ref"], s_ref=own["s_ref"],
+                  ssm_ref=ssm),
+      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype), st_ref=sds((ns, H, P, N), f32)),
       aliases=dict(ssm_ref="ssm_out_ref"),
-      grid=(P // plan.block_p, H, plan.B), num_warps=t.num_warps, num_stages=t.num_stages,
-      name=f"m2v_chunk_pass_{cfg.replay_mode}")
-  cb = group_cb(cfg, xr, plan.chunk, plan.precision, plan.interpret)
+      grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
+      num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
+  cb = launch(
+      _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
+      outputs=dict(cb_ref=sds((ns, G, L, L), f32)), grid=(G, ns),
+      num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{cfg.replay_mode}")
   out = launch(
       _chunk_out_kernel,
-      inputs=dict(valid_ref=valid, rb_ref=rb, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb,
+      inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D),
-      outputs=dict(y_ref=sds((plan.B, plan.y_rows, cfg.d_inner), plan.y_dtype)),
-      grid=(H // plan.out_heads * tiles_p, nc, plan.B),
+      outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
+      grid=(H // plan.out_heads * tiles_p, ns),
       num_warps=t.out_warps, num_stages=t.out_stages,
       name=f"m2v_chunk_out_{cfg.replay_mode}")
   return passed["ssm_out_ref"], out["y_ref"]

@@ -48,11 +48,13 @@ def conv_output(weights, window, bias, dtype, triton: bool = False):
   """One causal-conv output, silu(sum_k w_k * win_k + bias) summed left to right, in `dtype`.
 
   `weights`: K float32 taps, oldest first; `window`: the K-1 conv-state columns, then the new
-  input; `triton`: inside a compiled Triton kernel (see `round_to`).
+  input, as values or as functions that load them (called in tap order, so a kernel holds one
+  tap at a time); `triton`: inside a compiled Triton kernel (see `round_to`).
   """
-  acc = weights[0] * window[0]
+  tap = lambda v: v() if callable(v) else v
+  acc = weights[0] * tap(window[0])
   for w, v in zip(weights[1:], window[1:]):
-    acc = acc + w * v
+    acc = acc + w * tap(v)
   return round_to(silu(acc + bias), dtype, triton)
 
 

@@ -1,0 +1,238 @@
+"""Packed prefill (`cu_seqlens`) against one-by-one prefills, the float64 oracle and both modes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import m2v_jax as m
+from tests.helpers import (assert_bitwise, assert_close, copy_state, np_rows, random_state,
+                           small_cfg)
+
+TILES = m.ChunkTiles(chunk=16)
+# 1, capacity - 1, capacity, capacity + 1, a body of chunk - 1 / chunk / chunk + 1 rows,
+# three chunks and a tail.
+LENGTHS = [1, 7, 8, 9, 23, 24, 25, 61]
+
+
+def packed_inputs(cfg, lengths, trailing, rng, dtype=jnp.float32):
+  cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+  T = int(cu[-1]) + trailing
+  xbc = jnp.asarray(rng.normal(size=(T, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(-0.5, 1.5, size=(T, cfg.nheads)), dtype)
+  return cu, xbc, dt
+
+
+def fresh_and_restored(cfg, E, rng, fresh):
+  """A pool of random committed states with `fresh` entries reset to zero."""
+  state = random_state(cfg, E, rng=rng)
+  return m.reset_entries(state, np.asarray(fresh, np.int32))
+
+
+def clone(state):
+  return type(state)(*map(jnp.asarray, copy_state(state)))
+
+
+class PackedChecks:
+  """Packed prefill on one backend (compiled and interpret variants below)."""
+
+  backend: str
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_packed_matches_one_by_one_and_oracle(self, mode):
+    """Every length class, fresh and restored entries in a permuted pool, three rows past
+    the prompts: y and each entry against the prompt's own prefill on this backend and
+    against the float64 recurrence; the rows past the prompts are zero."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    p = m.random_params(cfg, 5)
+    rng = np.random.default_rng(5)
+    S, E = len(LENGTHS), len(LENGTHS) + 2
+    idx = rng.permutation(E)[:S].astype(np.int32)
+    state = fresh_and_restored(cfg, E, rng, idx[::2])
+    cu, xbc, dt = packed_inputs(cfg, LENGTHS, 3, rng)
+    sep = clone(state)
+    ssm0 = np.asarray(state.ssm if mode == "compact" else state.ssm[:, 0])
+    conv0 = np.asarray(state.conv if mode == "compact" else state.conv[:, 0])
+    y, got = m.prefill_packed(cfg, p, state, xbc, dt, cu, cache_indices=idx,
+                              backend=self.backend, chunk_tiles=TILES)
+    assert y.shape == (xbc.shape[0], cfg.d_inner)
+    assert_bitwise(y[cu[-1]:], jnp.zeros_like(y[cu[-1]:]), "rows past the prompts")
+    for s, n in enumerate(LENGTHS):
+      rows = slice(cu[s], cu[s + 1])
+      one = np.full(S, -1, np.int32)
+      one[s] = idx[s]
+      y1, sep = m.prefill(cfg, p, sep, jnp.broadcast_to(xbc[rows], (S, n, cfg.conv_dim)),
+                          jnp.broadcast_to(dt[rows], (S, n, cfg.nheads)), 0,
+                          cache_indices=one, backend=self.backend,
+                          chunked=True if n > cfg.capacity else None, chunk_tiles=TILES
+                          if n > cfg.capacity else None)
+      assert_close(y[rows], y1[s], 1e-6, f"y of prompt {s} (n={n}) against its own prefill")
+      want_y, want_st, _ = np_rows(cfg, p, ssm0[idx[s]][None], conv0[idx[s]][None],
+                                   xbc[None, rows], dt[None, rows])
+      assert_close(y[rows], want_y[0], 1e-5, f"y of prompt {s} (n={n}) against float64")
+      last = min(n, cfg.capacity) - 1
+      mine = m.committed_state(cfg, p, got, [last], cache_indices=[idx[s]],
+                               backend=self.backend)
+      theirs = m.committed_state(cfg, p, sep, [last], cache_indices=[idx[s]],
+                                 backend=self.backend)
+      assert_close(mine[0][0], theirs[0][0], 1e-6, f"state of prompt {s} (n={n})")
+      assert_bitwise(mine[1][0], theirs[1][0], f"conv state of prompt {s} (n={n})")
+      assert_close(mine[0][0], want_st[0, -1], 1e-5, f"state of prompt {s} against float64")
+    for e in sorted(set(range(E)) - set(idx.tolist())):       # entries not addressed
+      for name, a, b in zip(type(got)._fields, got, sep):
+        assert_bitwise(a[e], b[e], f"untouched entry {e}: {name}")
+
+  def test_packed_hands_off_bitwise_across_modes(self):
+    """Packed prefill with a gate, then two verify calls from mixed accepted rows: y and the
+    committed states bitwise equal between snapshot and compact after every call."""
+    snap = small_cfg(headdim=16)
+    comp = snap.replace(replay_mode="compact")
+    p = m.random_params(snap, 6)
+    rng = np.random.default_rng(6)
+    lengths = [30, 5, 17]
+    S = len(lengths)
+    cu, xbc, dt = packed_inputs(snap, lengths, 0, rng)
+    z = jnp.asarray(rng.normal(size=(xbc.shape[0], snap.d_inner)), jnp.float32)
+    s, c = m.init_state(snap, S, jnp.float32), m.init_state(comp, S, jnp.float32)
+    ys, s = m.prefill_packed(snap, p, s, xbc, dt, cu, z=z, backend=self.backend,
+                             chunk_tiles=TILES)
+    yc, c = m.prefill_packed(comp, p, c, xbc, dt, cu, z=z, backend=self.backend,
+                             chunk_tiles=TILES)
+    assert_bitwise(ys, yc, "y of the packed prefill")
+    rows = np.array([7, 4, 7], np.int32)
+    for step in range(2):
+      a = m.committed_state(snap, p, s, rows, backend=self.backend)
+      b = m.committed_state(comp, p, c, rows, backend=self.backend)
+      assert_bitwise(a[0], b[0], f"committed ssm before verify {step}")
+      assert_bitwise(a[1], b[1], f"committed conv before verify {step}")
+      xv = jnp.asarray(rng.normal(size=(S, 8, snap.conv_dim)), jnp.float32)
+      dv = jnp.asarray(rng.normal(size=(S, 8, snap.nheads)), jnp.float32)
+      ys, s = m.verify(snap, p, s, xv, dv, rows, backend=self.backend)
+      yc, c = m.verify(comp, p, c, xv, dv, rows, backend=self.backend)
+      assert_bitwise(ys, yc, f"y of verify {step}")
+      rows = np.array([2, 7, 0], np.int32)
+
+  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_packed_rejects_on_the_device(self, mode):
+    """Under jit with device offsets: a padding entry gives zeros, a bad state_row and an
+    empty prompt are rejected (NaN y, entry untouched), the others match the reference."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    p = m.random_params(cfg, 7)
+    rng = np.random.default_rng(7)
+    lengths = [20, 11, 12, 0, 9]
+    E = 6
+    cu, xbc, dt = packed_inputs(cfg, lengths, 2, rng)
+    idx = np.array([0, -1, 2, 3, 4], np.int32)
+    # 9: outside snapshot's slots, and not 0 with nothing pending in compact mode.
+    rows = np.array([0, 0, 9, 0, 1 if mode == "snapshot" else 0], np.int32)
+    state = random_state(cfg, E, rng=rng)
+    before = copy_state(state)
+    step = jax.jit(lambda st, x, d, cu, r, i: m.prefill_packed(
+        cfg, p, st, x, d, cu, state_row=r, cache_indices=i, backend=self.backend,
+        chunk_tiles=TILES))
+    y, got = step(state, xbc, dt, jnp.asarray(cu), jnp.asarray(rows), jnp.asarray(idx))
+    y = np.asarray(y)
+    assert np.all(y[cu[1]:cu[2]] == 0.0), "padding entry"
+    assert np.all(np.isnan(y[cu[2]:cu[3]])), "bad state_row: NaN y"
+    assert np.all(y[cu[5]:] == 0.0), "rows past the prompts"
+    for e in (2, 3, 5):                             # rejected, the empty prompt's, unused
+      for name, a, b in zip(type(got)._fields, got, before):
+        assert_bitwise(a[e], b[e], f"entry {e}: {name}")
+    ref = type(state)(*map(jnp.asarray, before))
+    ok = [0, 4]
+    sub = np.concatenate([[0], np.cumsum([lengths[s] for s in ok])]).astype(np.int32)
+    take = np.concatenate([np.arange(cu[s], cu[s + 1]) for s in ok])
+    y_ref, want = m.prefill_packed(cfg, p, ref, xbc[take], dt[take], sub,
+                                   state_row=rows[ok], cache_indices=idx[ok],
+                                   backend="reference")
+    assert_close(y[take], y_ref, 1e-5, "y of the prompts run")
+    for e in (0, 4):
+      assert_close(got.ssm[e], want.ssm[e], 1e-5, f"ssm of entry {e}")
+
+
+class TestPackedInterpret(PackedChecks):
+  backend = "interpret"
+
+
+@pytest.mark.gpu
+class TestPackedCompiled(PackedChecks):
+  backend = "pallas"
+
+
+@pytest.mark.parametrize("cu,match", [
+    ([1, 5, 9], r"cu_seqlens\[0\]=1: expected 0"),
+    ([0, 5, 5, 9], "prompt 1 has 0 rows"),
+    ([0, 5, 40], "end past xbc's T=20 rows"),
+    ([0, 5, 20], r"shared|all address pool entry 1")])
+def test_packed_host_errors_leave_the_state(cu, match):
+  """Offsets and entries checked on the host: a clear error, the pool neither donated nor
+  changed."""
+  cfg = small_cfg(headdim=16)
+  p = m.random_params(cfg, 8)
+  rng = np.random.default_rng(8)
+  state = random_state(cfg, 4, rng=rng)
+  before = copy_state(state)
+  _, xbc, dt = packed_inputs(cfg, [20], 0, rng)
+  ci = [1, 1] if len(cu) == 3 and cu[-1] == 20 else None
+  if ci is None:
+    ci = list(range(len(cu) - 1))
+  with pytest.raises(ValueError, match=match):
+    m.prefill_packed(cfg, p, state, xbc, dt, cu, cache_indices=ci, backend="interpret")
+  for name, a, b in zip(type(state)._fields, state, before):
+    assert_bitwise(a, b, name)
+
+
+def test_packed_reference_needs_host_offsets():
+  cfg = small_cfg(headdim=16)
+  p = m.random_params(cfg, 8)
+  state = m.init_state(cfg, 1, jnp.float32)
+  x, d = jnp.zeros((12, cfg.conv_dim)), jnp.zeros((12, cfg.nheads))
+  with pytest.raises(ValueError, match="reference backend needs host values"):
+    m.prefill_packed(cfg, p, state, x, d, jnp.asarray([0, 12], jnp.int32), backend="reference")
+
+
+def test_packed_mixer_and_sharding():
+  """`layer.mixer` with `cu_seqlens` equals each prompt's own mixer prefill; `sharding.sharded`
+  of `prefill_packed` with heads over 2 devices equals one device bitwise (y and state)."""
+  ssm = small_cfg(headdim=16)
+  cfg = m.MixerConfig(ssm=ssm, d_model=32)
+  p = m.layer.random_mixer_params(cfg, 4)
+  rng = np.random.default_rng(4)
+  lengths = [21, 3]
+  cu = np.array([0, 21, 24], np.int32)
+  hidden = jnp.asarray(rng.normal(size=(24, cfg.d_model)), jnp.float32)
+  out, packed = m.mixer(cfg, p, m.init_state(ssm, 2, jnp.float32), hidden, 0, cu_seqlens=cu,
+                        backend="interpret")
+  sep = m.init_state(ssm, 2, jnp.float32)
+  for s, n in enumerate(lengths):
+    one = [-1, -1]
+    one[s] = s
+    h = jnp.broadcast_to(hidden[cu[s]:cu[s + 1]], (2, n, cfg.d_model))
+    o, sep = m.mixer(cfg, p, sep, h, [0, 0], cache_indices=one, prefill=True,
+                     chunked=True if n > ssm.capacity else None, backend="interpret")
+    assert_close(out[cu[s]:cu[s + 1]], o[s], 1e-6, f"mixer out of prompt {s}")
+  assert_close(packed.ssm, sep.ssm, 1e-6, "ssm")
+  with pytest.raises(ValueError, match="no num_rows"):
+    m.mixer(cfg, p, m.init_state(ssm, 2, jnp.float32), hidden, 0, cu_seqlens=cu,
+            num_rows=[21, 3], backend="interpret")
+
+  devices = jax.devices("cpu")
+  if len(devices) < 2:
+    pytest.skip("needs 2 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+  mesh = jax.sharding.Mesh(np.array(devices[:2]), ("tp",))
+  params = m.random_params(ssm, 4)
+  cu, xbc, dt = packed_inputs(ssm, [30, 9, 1], 2, rng)
+  state = random_state(ssm, 3, rng=rng)
+  ptp, stp, xtp = m.sharding.to_tp_layout(ssm, 2, params=params, state=clone(state), xbc=xbc)
+  ptp, stp = m.sharding.put(mesh, head_axis="tp", params=ptp, state=stp)
+  step = jax.jit(m.sharding.sharded(m.prefill_packed, mesh, ssm, head_axis="tp",
+                                    backend="interpret", chunk_tiles=TILES), donate_argnums=1)
+  y2, stp = step(ptp, stp, xtp, dt, jnp.asarray(cu), jnp.zeros(3, jnp.int32))
+  y1, one = m.prefill_packed(ssm, params, state, xbc, dt, cu, backend="interpret",
+                             chunk_tiles=TILES)
+  assert_bitwise(y1, y2, "y")
+  _, back, _ = m.sharding.from_tp_layout(ssm, 2, state=stp)
+  for name, a, b in zip(type(one)._fields, one, back):
+    assert_bitwise(a, b, name)
+  with pytest.raises(ValueError, match="batch_axis"):
+    m.sharding.sharded(m.prefill_packed, mesh, ssm, head_axis="tp", batch_axis="tp")
