@@ -134,27 +134,29 @@ def _with_trailing(a, value):
   return jnp.concatenate([a, jnp.reshape(value, (1,)).astype(a.dtype)])
 
 
-def body_inputs(plan_: chunk_scan.ChunkPlan, params, conv0, xbc, dt, base, rb):
-  """The bodies' post-conv rows [conv_T, C], processed dt [conv_T, H] f32 and the conv state
-  after each body [S, C, K-1] f32, for sequences at flat rows `base` [S] (nondecreasing)
-  with `rb` [S] body rows; conv0 [S, C, K-1] is the conv state before each."""
-  cfg, T, S = plan_.cfg, plan_.T, plan_.S
+def body_inputs(plan_: chunk_scan.ChunkPlan, slots, valid, params, conv0, xbc, dt, base, rb):
+  """The bodies' post-conv rows [conv_T, C] and processed dt [conv_T, H] f32, L rows per body
+  slot (zero past its rows), and the conv state after each body [S, C, K-1] f32, for
+  sequences at flat rows `base` [S] with `rb` [S] body rows (0 for one that does not run);
+  `slots` from `chunk_scan.slot_table`, valid [S+1] int32; conv0 [S, C, K-1] is the conv
+  state before each."""
+  cfg, T, L = plan_.cfg, plan_.T, plan_.chunk
   K = cfg.d_conv
-  i32 = jnp.int32
-  r = jnp.arange(plan_.conv_T, dtype=i32)
-  seq = jnp.clip(jnp.searchsorted(base, r, side="right", method="compare_all") - 1, 0, S - 1)
-  live = ((r < T) & (r - base[seq] < rb[seq])).astype(i32)
-  post = chunk_conv.body_conv(plan_, xbc, live, base, rb, conv0, params.conv_weight,
+  post = chunk_conv.body_conv(plan_, slots, valid, xbc, base, rb, conv0, params.conv_weight,
                               params.conv_bias)
   dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
-  dtp = jnp.pad(dtp, [(0, plan_.conv_T - T), (0, 0)])
+  t = jnp.arange(L, dtype=jnp.int32)[None, :]
+  nb = plan_.body_slots
+  src = slots.row0[:nb, None] + t                                          # [slots, L]
+  own = (t < slots.rows[:nb, None]) & (slots.body[:nb, None] > 0)
+  dts = jnp.where(own[..., None], dtp[jnp.clip(src, 0, T - 1)], 0.0).reshape(nb * L, -1)
   # The last K-1 raw inputs before each body's end, from [conv0 rows; xbc rows].
   back = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [S, K-1]
   body = xbc[jnp.clip(base[:, None] + back, 0, T - 1)]                       # [S, K-1, C]
   head = jnp.take_along_axis(jnp.swapaxes(conv0, 1, 2),
                              jnp.clip(back + K - 1, 0, K - 2)[..., None], axis=1)
   conv_end = jnp.where((back >= 0)[..., None], body.astype(f32), head.astype(f32))
-  return post, dtp, jnp.swapaxes(conv_end, 1, 2)
+  return post, dts, jnp.swapaxes(conv_end, 1, 2)
 
 
 def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailing, *, R,
@@ -182,16 +184,16 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     start = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, start]
     tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
-  post, dtp, conv_end = body_inputs(p, params, conv0, xbc, dt, base, rb)
   fill = jnp.where(valid | pad, 0.0, jnp.nan).astype(f32)        # y rows of a sequence not run
   slots = chunk_scan.slot_table(
       p, _with_trailing(base, trailing), _with_trailing(n, 0),
       _with_trailing(span, T - trailing), _with_trailing(rb, 0))
+  runs = _with_trailing(valid.astype(i32), 0)
+  post, dtp, conv_end = body_inputs(p, slots, runs, params, conv0, xbc, dt, base,
+                                    jnp.where(valid, rb, 0))
   ssm, y = chunk_scan.chunk_scan(
-      p, slots, _with_trailing(ci, -1),
-      _with_trailing(jnp.where(valid, state_row, 0), 0),
-      _with_trailing(valid.astype(i32), 0), _with_trailing(fill, 0.0), post, dtp, z,
-      params.A_log, params.D, state.ssm)
+      p, slots, _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0),
+      runs, _with_trailing(fill, 0.0), post, dtp, z, params.A_log, params.D, state.ssm)
   target = jnp.where(valid, ci, E)                               # invalid: dropped
   if cfg.compact:
     conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")
@@ -256,14 +258,18 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
 
 
 def packed_layout(cu_seqlens, T):
-  """(base, n, trailing) of the prompts `cu_seqlens` [S+1] in T rows, on the device; base is
-  nondecreasing. A prompt that starts before an earlier offset, has no rows, or ends past T
-  gets n = 0 (rejected)."""
+  """(base, n, span, trailing) of the prompts `cu_seqlens` [S+1] in T rows, on the device.
+
+  The spans tile rows 0 .. trailing - 1 (base nondecreasing, as the kernels need). A prompt
+  that does not start at the furthest offset so far (row 0 for the first), has no rows, or
+  ends past T gets n = 0 (rejected) and its span filled.
+  """
   cu = cu_seqlens.astype(jnp.int32)
+  reach = lax.cummax(jnp.clip(cu, 0, T).at[0].set(0))
   base, end = cu[:-1], cu[1:]
-  reach = lax.cummax(jnp.clip(cu, 0, T))                  # nondecreasing, as the kernels need
-  ok = (base >= reach[:-1]) & (base >= 0) & (end > base) & (end <= T)
-  return reach[:-1], jnp.where(ok, end - base, 0).astype(jnp.int32), reach[-1]
+  ok = (base == reach[:-1]) & (end > base) & (end <= T)
+  span = (reach[1:] - reach[:-1]).astype(jnp.int32)
+  return reach[:-1], jnp.where(ok, end - base, 0).astype(jnp.int32), span, reach[-1]
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "backend", "chunk_tiles",
@@ -274,12 +280,12 @@ def packed(params, state, args: CallArgs, cu_seqlens, *, cfg, backend, chunk_til
   donated: `args` of S prompts (xbc [T, C], dt [T, H], z [T, H*P]; num_rows unused) at
   `cu_seqlens`; shared entries rejected on the device unless `entries_checked`."""
   T = args.xbc.shape[0]
-  base, n, trailing = packed_layout(cu_seqlens, T)
+  base, n, span, trailing = packed_layout(cu_seqlens, T)
   args = status.call_args(args.xbc, args.dt, args.state_row, args.z, args.cache_indices, n,
                           R=T)
   args = _unshared(args, state.ssm.shape[0], entries_checked)
   params = lax.optimization_barrier(params)   # as in `call`
-  return packed_call(cfg, backend, params, state, args, base, n, trailing, R=T,
+  return packed_call(cfg, backend, params, state, args, base, span, trailing, R=T,
                      tiles=chunk_tiles)
 
 

@@ -236,3 +236,51 @@ def test_packed_mixer_and_sharding():
     assert_bitwise(a, b, name)
   with pytest.raises(ValueError, match="batch_axis"):
     m.sharding.sharded(m.prefill_packed, mesh, ssm, head_axis="tp", batch_axis="tp")
+
+
+@pytest.mark.parametrize("cu,T", [
+    ([0, 30, 31, 40, 52], 60),      # a prompt of one row, rows past the prompts
+    ([0, 10, 5, 30], 30),           # offsets out of order
+    ([0, 5, 40], 20),               # past T
+    ([3, 10, 20], 20),              # not starting at 0
+    ([0, 9, 9, 25], 25)])           # an empty prompt
+def test_device_offsets_cover_every_row_once(cu, T):
+  """Whatever the device offsets, the slots (bodies, filled blocks) and the verify tails write
+  each of the T rows of y exactly once: no row is left unwritten (garbage on a GPU), none
+  written twice (a race)."""
+  from m2v_jax import dispatch
+  from m2v_jax.kernels import chunk_scan as pk
+  cfg = small_cfg(headdim=16)
+  cap = cfg.capacity
+  base, n, span, trailing = map(np.asarray, dispatch.packed_layout(jnp.asarray(cu, jnp.int32), T))
+  rb = np.maximum(n - cap, 0)
+  S = len(cu) - 1
+  plan = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32, tiles=TILES,
+                      interpret=True)
+  ext = lambda a, v: jnp.asarray(np.append(a, v), jnp.int32)
+  t = pk.slot_table(plan, ext(base, trailing), ext(n, 0), ext(span, T - trailing), ext(rb, 0))
+  count = np.zeros(T, int)
+  for r0, k in zip(np.asarray(t.row0), np.asarray(t.rows)):
+    count[r0:r0 + k] += 1
+  for b, r, k in zip(base, rb, np.minimum(n, cap)):
+    count[b + r:b + r + k] += 1
+  assert count.tolist() == [1] * T, count
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_a_nan_in_one_prompt_stays_there(mode):
+  """Non-finite input in prompt 1's first rows leaves prompt 0 (whose last body chunk is
+  partial, so its tile reaches into prompt 1's rows) bitwise as without it, and prompt 1's
+  entry gets the non-finite state it asked for."""
+  cfg = small_cfg(mode=mode, headdim=16)
+  p = m.random_params(cfg, 9)
+  rng = np.random.default_rng(9)
+  cu, xbc, dt = packed_inputs(cfg, [30, 20], 0, rng)
+  run = lambda x: m.prefill_packed(cfg, p, m.init_state(cfg, 2, jnp.float32), x, dt, cu,
+                                   backend="interpret", chunk_tiles=TILES)
+  y0, s0 = run(xbc)
+  y1, s1 = run(xbc.at[31].set(jnp.inf).at[32].set(jnp.nan))
+  assert_bitwise(y1[:30], y0[:30], "y of prompt 0")
+  for name, a, b in zip(type(s0)._fields, s0, s1):
+    assert_bitwise(a[0], b[0], f"{name} of prompt 0")
+  assert not np.all(np.isfinite(np.asarray(y1[30:])))

@@ -31,7 +31,7 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
                         i32([*rb, 0]))
   rng = np.random.default_rng(3)
   xr = jnp.asarray(rng.normal(size=(plan.conv_T, cfg.conv_dim)), jnp.float32)
-  dtr = jnp.asarray(rng.uniform(0, 1, size=(T, cfg.nheads)), jnp.float32)
+  dtr = jnp.asarray(rng.uniform(0, 1, size=(plan.conv_T, cfg.nheads)), jnp.float32)
   p = m.random_params(cfg, 3)
   ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
   _, y = pk.chunk_scan(plan, slots, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
@@ -72,31 +72,38 @@ def test_slot_table_covers_bodies_and_fills():
     (16, 16, 16, jnp.float32, jnp.bfloat16),  # one full block, no padding
     (64, 16, 16, jnp.bfloat16, jnp.bfloat16)])
 def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype):
-  """The bodies' conv kernel vs `reference.conv_prefill`, two sequences back to back with a
-  gap between them: rows before each body from its conv state (bfloat16 state or inputs too),
-  every other row zero, the conv state after each body. conv_rows below K-1 are raised, above
-  the chunk lowered. The rows are stored in the activation dtype."""
+  """The bodies' conv kernel vs `reference.conv_prefill`, two sequences back to back: rows
+  before each body from its conv state (bfloat16 state or inputs too), each body in its slots'
+  scratch rows (L per slot) and zero past them, the conv state after each body. conv_rows
+  below K-1 are raised, above the chunk lowered. The rows are stored in the activation
+  dtype."""
   cfg = small_cfg()
-  B, R = 2, Rb + 8
+  B, R, L = 2, Rb + 8, 16
   rng = np.random.default_rng(Rb)
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = jnp.asarray(rng.normal(size=(B, R, cfg.nheads)), dtype)
   conv0 = jnp.asarray(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
   p = m.random_params(cfg, Rb)
   plan = pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=False, y_dtype=dtype, interpret=True,
-                      tiles=m.ChunkTiles(chunk=16, conv_rows=conv_rows, conv_cols=32),
+                      tiles=m.ChunkTiles(chunk=L, conv_rows=conv_rows, conv_cols=32),
                       max_body=Rb)
   assert plan.conv_rows == plan_rows
-  base = jnp.arange(B, dtype=jnp.int32) * R
-  post, dtp, conv_end = dispatch.body_inputs(plan, p, conv0, xbc.reshape(B * R, -1),
-                                             dt.reshape(B * R, -1), base,
-                                             jnp.full((B,), Rb, jnp.int32))
+  i32 = lambda a: jnp.asarray(a, jnp.int32)
+  base, rb = i32([0, R]), i32([Rb, Rb])
+  slots = pk.slot_table(plan, i32([0, R, B * R]), i32([R, R, 0]), i32([R, R, 0]),
+                        i32([Rb, Rb, 0]))
+  post, dtp, conv_end = dispatch.body_inputs(plan, slots, i32([1, 1, 0]), p, conv0,
+                                             xbc.reshape(B * R, -1), dt.reshape(B * R, -1),
+                                             base, rb)
   want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
   assert post.dtype == dtype                      # rounded to the activations: stored so
-  post = post[:B * R].reshape(B, R, -1)
-  assert_close(post[:, :Rb].astype(jnp.float32), want, 1e-6, "post-conv rows")
-  assert_bitwise(post[:, Rb:], jnp.zeros_like(post[:, Rb:]), "rows past the bodies")
+  per = -(-Rb // L)                               # slots of each body
+  post = np.asarray(post.astype(jnp.float32))[:B * per * L].reshape(B, per * L, -1)
+  assert_close(post[:, :Rb], want, 1e-6, "post-conv rows")
+  assert_bitwise(post[:, Rb:], np.zeros_like(post[:, Rb:]), "rows past the bodies")
+  dtp = np.asarray(dtp)[:B * per * L].reshape(B, per * L, -1)
+  assert_bitwise(dtp[:, Rb:], np.zeros_like(dtp[:, Rb:]), "dt past the bodies")
   assert_bitwise(conv_end, want_end, "conv state after the body")
 
 

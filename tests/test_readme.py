@@ -28,4 +28,5 @@ def test_readme_example_runs_and_prints():
   assert lines[0] == "y: (2, 8, 128) float32", lines
   norm = float(lines[1].split(":")[1])
   assert lines[1].startswith("committed state norm:") and norm > 0
+  assert lines[2] == "packed y: (35, 128)", lines
   assert outs[1] == ["verify logits: (1, 4, 64) next state_row: [1]"], outs[1]

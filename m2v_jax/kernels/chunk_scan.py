@@ -69,10 +69,14 @@ class ChunkPlan:
     return self.T // self.chunk + 2 * (self.S + 1)
 
   @property
+  def body_slots(self) -> int:
+    """Body slots enough for any layout (they come first): at most T // L + S."""
+    return self.T // self.chunk + self.S
+
+  @property
   def conv_T(self) -> int:
-    """Rows of the post-conv and dt scratch: every slot's L rows in bounds (T + L), rounded up
-    to the conv's row block."""
-    return -(-(self.T + self.chunk) // self.conv_rows) * self.conv_rows
+    """Rows of the post-conv and dt scratch: L per body slot (slot i at rows i*L ..)."""
+    return self.body_slots * self.chunk
 
   @property
   def block_p(self) -> int:
@@ -121,7 +125,7 @@ class ChunkPlan:
 
 def scratch_bytes(plan: ChunkPlan) -> int:
   """Bytes of the chunked body's intermediate buffers, all sequences of the call."""
-  cfg, ns, L = plan.cfg, plan.n_slots, plan.chunk
+  cfg, ns, L = plan.cfg, plan.body_slots, plan.chunk
   H = cfg.nheads
   return (plan.conv_T * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
           + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L
@@ -186,22 +190,22 @@ def _for_heads(nh: int, head):
 
 
 def _slot(seq_ref, row_ref, len_ref, L):
-  """(slot, sequence, rows [L] of the slot as a pl.ds, live [L] bool) of program id 1."""
+  """(slot, sequence, its scratch rows, its flat rows (pl.ds), live [L] bool) of program id 1."""
   i = pl.program_id(1)
   live = lax.broadcasted_iota(jnp.int32, (L,), 0) < len_ref[i]
-  return i, seq_ref[i], pl.ds(row_ref[i], L), live
+  return i, seq_ref[i], pl.ds(i * L, L), pl.ds(row_ref[i], L), live
 
 
 def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, cb_ref,
                      plan: ChunkPlan):
-  """C·Bᵀ of each slot's rows, grid (G, slots).
+  """C·Bᵀ of each slot's rows, grid (G, body slots).
 
-    xr_ref [conv_T, C] post-conv rows; cb_ref [slots, G, L, L] f32
+    xr_ref [conv_T, C] post-conv rows; cb_ref [body slots, G, L, L] f32
   """
   cfg = plan.cfg
   N, G, HP, L = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk
   g = pl.program_id(0)
-  i, s, rows, _ = _slot(seq_ref, row_ref, len_ref, L)
+  i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
 
   @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
   def _run():
@@ -213,17 +217,18 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
 
 def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
                          alog_ref, s_ref, dec_ref, plan: ChunkPlan):
-  """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, slots).
+  """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
 
     seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
-    xr_ref [conv_T, C] post-conv rows (finite past each slot); dtr_ref [conv_T, H] f32
-    s_ref   [slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
-    dec_ref [slots, H] f32         exp(acum_L)
+    xr_ref [conv_T, C] post-conv rows, dtr_ref [conv_T, H] f32 processed dt: L rows per slot,
+      zero past its rows
+    s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
+    dec_ref [body slots, H] f32         exp(acum_L)
   """
   cfg = plan.cfg
   P, N = cfg.headdim, cfg.dstate
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
-  i, s, rows, live = _slot(seq_ref, row_ref, len_ref, L)
+  i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
 
@@ -234,7 +239,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     def head(j, carry):
       h = h0 + j
       x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
-      dtv = jnp.where(live, dtr_ref[rows, h], 0.0)               # [L]: rows past the slot add 0
+      dtv = dtr_ref[rows, h]                                     # [L]
       acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
       s_ref[i, h, pl.ds(pid_p * BP, BP), :] = backend.dot(
@@ -253,7 +258,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
     idx_ref, slot_ref, valid_ref, first_ref, count_ref [S+1] int32: entry, starting slot
       (snapshot), 1 if it runs, first body slot, body slots
     ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
-    st_ref [slots, H, P, N] f32: each slot's starting state; not aliased to s_ref, so the
+    st_ref [body slots, H, P, N] f32: each slot's starting state; not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
   """
   cfg = plan.cfg
@@ -294,7 +299,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
-  i, s, rows, live = _slot(seq_ref, row_ref, len_ref, L)
+  i, s, rows, out_rows, live = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
   lv = live[:, None]
@@ -314,7 +319,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
       h = h0 + j
       xcols = pl.ds(h * P + pid_p * BP, BP)
       x = xr_ref[rows, xcols].astype(f32)                        # [L, BP]
-      dtv = jnp.where(live, dtr_ref[rows, h], 0.0)               # [L]
+      dtv = dtr_ref[rows, h]                                     # [L]
       acum, _ = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
       seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
       w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
@@ -322,14 +327,14 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
       cst = dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
       y = y + jnp.exp(acum)[:, None] * cst
       if plan.has_z:
-        y = rowmath.gate(y, backend.load(z_ref.at[rows, xcols], lv).astype(f32))
+        y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
       y = y.astype(y_ref.dtype)
       if plan.T < L:                                # no whole chunk fits in y
-        backend.store(y_ref.at[rows, xcols], y, lv)
+        backend.store(y_ref.at[out_rows, xcols], y, lv)
         return carry
       full = len_ref[i] == L                        # a whole chunk: no mask
-      pl.when(full)(lambda: y_ref.__setitem__((rows, xcols), y))
-      pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[rows, xcols], y, lv))
+      pl.when(full)(lambda: y_ref.__setitem__((out_rows, xcols), y))
+      pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, xcols], y, lv))
       return carry
 
     _for_heads(NH, head)
@@ -338,7 +343,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   def _fill():
     tile = jnp.broadcast_to(fill_ref[s], (L, BP)).astype(y_ref.dtype)
     for j in range(NH):
-      backend.store(y_ref.at[rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
+      backend.store(y_ref.at[out_rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
 
 
 def _rows_kernel(*, row_ref, count_ref, src_ref, y_ref, y_out_ref, block):
@@ -373,8 +378,8 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
     slots: `Slots`.
     cache_indices, slot, valid: [S+1] int32 entry, starting slot (snapshot), 1 if it runs.
     fill: [S+1] float32 y of the rows of a sequence not run and past its n (NaN, 0).
-    xr, dtr: [conv_T, C] post-conv rows (zero past the bodies), [conv_T, H] float32
-      processed dt.
+    xr, dtr: [conv_T, C] post-conv rows and [conv_T, H] float32 processed dt, L rows per body
+      slot (zero past its rows).
     z: optional [T, H*P] gate; A_log, D: [H] float32.
     ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
 
@@ -383,7 +388,7 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
   """
   cfg, t = plan.cfg, plan.tiles
   H, P, N, G, L = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups, plan.chunk
-  ns = plan.n_slots
+  ns, nb = plan.n_slots, plan.body_slots
   sds = jax.ShapeDtypeStruct
   tiles_p = P // plan.local_block_p
   table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
@@ -393,8 +398,8 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
   own = launch(
       _chunk_states_kernel,
       inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
-      outputs=dict(s_ref=sds((ns, H, P, N), f32), dec_ref=sds((ns, H), f32)),
-      grid=(H // plan.state_heads * tiles_p, ns),
+      outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
+      grid=(H // plan.state_heads * tiles_p, nb),
       num_warps=t.state_warps, num_stages=t.state_stages,
       name=f"m2v_chunk_states_{cfg.replay_mode}")
   passed = launch(
@@ -402,13 +407,13 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
       inputs=dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
                   count_ref=slots.count, dec_ref=own["dec_ref"], s_ref=own["s_ref"],
                   ssm_ref=ssm),
-      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype), st_ref=sds((ns, H, P, N), f32)),
+      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype), st_ref=sds((nb, H, P, N), f32)),
       aliases=dict(ssm_ref="ssm_out_ref"),
       grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
       num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
-      outputs=dict(cb_ref=sds((ns, G, L, L), f32)), grid=(G, ns),
+      outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb),
       num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{cfg.replay_mode}")
   out = launch(
       _chunk_out_kernel,
