@@ -117,7 +117,7 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
     cfg, params, state, z, cache_indices, backend: as `verify`, with S sequences and T rows
       (z [T, H*P]); "reference" needs host `cu_seqlens`.
     xbc: [T, C] raw rows of all prompts; dt: [T, H]; float32, bfloat16 or float16.
-    cu_seqlens: [S+1] int32 offsets: 0 first, nondecreasing, at most T.
+    cu_seqlens: [S+1] int32 offsets: 0 first, increasing (every prompt has a row), at most T.
     state_row: [S] int32 (or one int for all), as in `prefill`.
     chunk_tiles: overrides `chunk_tile_config`.
 
