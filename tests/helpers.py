@@ -374,7 +374,8 @@ def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
 def check_chunked_pool(backend, cfg, R, tol=1e-5):
   """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
   padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
-  a NaN input stays in its own sequence, unaddressed entries are untouched, the rest match
+  a NaN input stays in its own sequence (and an inf in the padding sequence's rows, right
+  after sequence 0's, stays out of it), unaddressed entries are untouched, the rest match
   the reference. The gate is on."""
   p = m.random_params(cfg, 31)
   rng = np.random.default_rng(31)
@@ -387,6 +388,7 @@ def check_chunked_pool(backend, cfg, R, tol=1e-5):
   rows = jnp.asarray([0, 0, -1, 3], jnp.int32)          # sequence 2: invalid row
   xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
   xbc = xbc.at[3, 5, :3].set(jnp.nan)                    # sequence 3: NaN input
+  xbc = xbc.at[1, :2].set(jnp.inf)                       # the padding after sequence 0 too
   before = copy_state(state)
   ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
   y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, cache_indices=idx,
