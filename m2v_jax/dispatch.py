@@ -258,12 +258,9 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
 
 
 def packed_layout(cu_seqlens, T):
-  """(base, n, span, trailing) of the prompts `cu_seqlens` [S+1] in T rows, on the device.
-
-  The spans tile rows 0 .. trailing - 1 (base nondecreasing, as the kernels need). A prompt
-  that does not start at the furthest offset so far (row 0 for the first), has no rows, or
-  ends past T gets n = 0 (rejected) and its span filled.
-  """
+  """(base, n, span, trailing) of `cu_seqlens` [S+1] in T rows: spans tile rows 0 ..
+  trailing - 1; a prompt not starting at the furthest offset so far (0 for the first), empty
+  or ending past T gets n = 0 (rejected)."""
   cu = cu_seqlens.astype(jnp.int32)
   reach = lax.cummax(jnp.clip(cu, 0, T).at[0].set(0))
   base, end = cu[:-1], cu[1:]
@@ -276,9 +273,8 @@ def packed_layout(cu_seqlens, T):
                                              "entries_checked"), donate_argnums=(1,))
 def packed(params, state, args: CallArgs, cu_seqlens, *, cfg, backend, chunk_tiles=None,
            entries_checked=True):
-  """The jitted body of `prefill_packed` on the kernel backends, the state (argument 1)
-  donated: `args` of S prompts (xbc [T, C], dt [T, H], z [T, H*P]; num_rows unused) at
-  `cu_seqlens`; shared entries rejected on the device unless `entries_checked`."""
+  """`prefill_packed`'s jitted body on the kernel backends (state donated): `args` of S
+  prompts (xbc [T, C]; num_rows unused) at `cu_seqlens`."""
   T = args.xbc.shape[0]
   base, n, span, trailing = packed_layout(cu_seqlens, T)
   args = status.call_args(args.xbc, args.dt, args.state_row, args.z, args.cache_indices, n,
@@ -293,7 +289,9 @@ def packed_reference(cfg, params, state, args: CallArgs, cu_seqlens, entries_che
   """`prefill_packed` on the reference backend: the prompts padded to the longest, one
   `ragged_reference` call (host `cu_seqlens`; ValueError for device values)."""
   if not checks.is_host(cu_seqlens):
-    raise ValueError("cu_seqlens: a packed prefill on the reference backend needs host values")
+    raise ValueError("cu_seqlens: a packed prefill on the reference backend (the default "
+                     "without a GPU) needs host values; pass them from the host, or use "
+                     "backend='interpret' (or 'pallas' on a GPU) for device offsets")
   cu = np.asarray(cu_seqlens)
   n, T = np.diff(cu), args.xbc.shape[0]
   L = int(n.max())

@@ -108,7 +108,8 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   """Prefills S prompts given back to back (vLLM's and mamba_ssm's `cu_seqlens` layout).
 
   Prompt s (rows cu_seqlens[s] .. cu_seqlens[s+1] - 1) starts from its entry's committed state
-  at `state_row` and leaves the entry as `prefill` of it alone would, in either mode. Bodies
+  at `state_row` and leaves the entry as `prefill` of it alone would, in either mode: the next
+  verify continues it from state_row = min(n_s, capacity) - 1. Bodies
   run through the chunked scan in chunks that never straddle two prompts, each prompt's last
   min(n, capacity) rows through one verify call; no kernel runs past cu_seqlens[S]. Shapes are
   static in T and S only.
@@ -123,8 +124,8 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
 
   Returns:
     (y [T, H*P] in xbc's dtype, 0 past cu_seqlens[S]; new state). A prompt rejected on the
-    device (state_row, entry, or offsets out of order, empty or past T) gets NaN y and an
-    untouched entry.
+    device (state_row, entry, or offsets out of order, empty, past T, or not starting at 0)
+    gets NaN rows (from row 0 for the last case) and an untouched entry.
 
   Raises:
     ValueError / TypeError: as `verify`; host offsets not starting at 0, an empty prompt,

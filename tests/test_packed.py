@@ -187,7 +187,7 @@ def test_packed_reference_needs_host_offsets():
   p = m.random_params(cfg, 8)
   state = m.init_state(cfg, 1, jnp.float32)
   x, d = jnp.zeros((12, cfg.conv_dim)), jnp.zeros((12, cfg.nheads))
-  with pytest.raises(ValueError, match="reference backend needs host values"):
+  with pytest.raises(ValueError, match="reference backend .* needs host values"):
     m.prefill_packed(cfg, p, state, x, d, jnp.asarray([0, 12], jnp.int32), backend="reference")
 
 
