@@ -284,3 +284,27 @@ def test_a_nan_in_one_prompt_stays_there(mode):
   for name, a, b in zip(type(s0)._fields, s0, s1):
     assert_bitwise(a[0], b[0], f"{name} of prompt 0")
   assert not np.all(np.isfinite(np.asarray(y1[30:])))
+
+
+def test_slot_counts_hold_for_random_layouts():
+  """Body slots never exceed `ChunkPlan.body_slots` (the chunk kernels' grid and scratch) and
+  all slots fit `n_slots`, for random prompt lengths, many short ones included."""
+  from m2v_jax import dispatch
+  from m2v_jax.kernels import chunk_scan as pk
+  cfg = small_cfg(headdim=16)
+  rng = np.random.default_rng(0)
+  S, T = 10, 400                                      # fixed shapes: compiled once
+  for _ in range(30):
+    lengths = rng.integers(1, 40, S)
+    plan = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32,
+                        tiles=TILES, interpret=True)
+    cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    base, n, span, trailing = dispatch.packed_layout(cu, T)
+    rb = jnp.maximum(n - cfg.capacity, 0)
+    ext = lambda a, v: jnp.concatenate([a, jnp.asarray([v], jnp.int32)])
+    t = pk.slot_table(plan, ext(base, trailing), ext(n, 0), ext(span, T - trailing),
+                      ext(rb, 0))
+    body, rows = np.asarray(t.body), np.asarray(t.rows)
+    assert int(np.asarray(t.count).sum()) == int(body.sum()) <= plan.body_slots
+    assert np.all(np.flatnonzero(body) < plan.body_slots)
+    assert rows.sum() == T - int(np.minimum(np.asarray(n), cfg.capacity).sum())
