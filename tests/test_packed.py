@@ -41,7 +41,8 @@ class PackedChecks:
   @pytest.mark.parametrize("mode", ["snapshot", "compact"])
   def test_packed_matches_one_by_one_and_oracle(self, mode):
     """Every length class, fresh and restored entries in a permuted pool, three rows past
-    the prompts: y and each entry against the prompt's own prefill on this backend and
+    the prompts: y and each entry against the prompt's own prefill on this backend (each
+    prompt alone; the padded `prefill` against one-by-one calls is test_prefill's) and
     against the float64 recurrence; the rows past the prompts are zero."""
     cfg = small_cfg(mode=mode, headdim=16)
     p = m.random_params(cfg, 5)
@@ -57,16 +58,13 @@ class PackedChecks:
                               backend=self.backend, chunk_tiles=TILES)
     assert y.shape == (xbc.shape[0], cfg.d_inner)
     assert_bitwise(y[cu[-1]:], jnp.zeros_like(y[cu[-1]:]), "rows past the prompts")
+    Tmax = max(LENGTHS)                    # each prompt alone, in buffers of one shape
     for s, n in enumerate(LENGTHS):
       rows = slice(cu[s], cu[s + 1])
-      one = np.full(S, -1, np.int32)
-      one[s] = idx[s]
-      y1, sep = m.prefill(cfg, p, sep, jnp.broadcast_to(xbc[rows], (S, n, cfg.conv_dim)),
-                          jnp.broadcast_to(dt[rows], (S, n, cfg.nheads)), 0,
-                          cache_indices=one, backend=self.backend,
-                          chunked=True if n > cfg.capacity else None, chunk_tiles=TILES
-                          if n > cfg.capacity else None)
-      assert_close(y[rows], y1[s], 1e-6, f"y of prompt {s} (n={n}) against its own prefill")
+      pad = lambda a: jnp.pad(a[rows], [(0, Tmax - n), (0, 0)])
+      y1, sep = m.prefill_packed(cfg, p, sep, pad(xbc), pad(dt), [0, n], cache_indices=[idx[s]],
+                                 backend=self.backend, chunk_tiles=TILES)
+      assert_close(y[rows], y1[:n], 1e-6, f"y of prompt {s} (n={n}) against its own prefill")
       want_y, want_st, _ = np_rows(cfg, p, ssm0[idx[s]][None], conv0[idx[s]][None],
                                    xbc[None, rows], dt[None, rows])
       assert_close(y[rows], want_y[0], 1e-5, f"y of prompt {s} (n={n}) against float64")
