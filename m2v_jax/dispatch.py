@@ -35,6 +35,18 @@ MIN_CHUNKED_ROWS = 64
 MIN_CHUNKED_ROWS_BF16 = 24
 
 
+_UNSUPPORTED = ("the chunked scan needs a power-of-two divisor of headdim >= 16 and dstate "
+                ">= 16, got {cfg.headdim} and {cfg.dstate}")
+
+
+def check_packed(cfg: config_lib.Mamba2Config, backend: str) -> None:
+  """Raises ValueError where `prefill_packed` cannot run: the compiled chunked scan does not
+  take the geometry."""
+  if backend == config_lib.PALLAS and not chunk_scan.supported(cfg):
+    raise ValueError(f"prefill_packed runs on the chunked path: {_UNSUPPORTED.format(cfg=cfg)} "
+                     f"(use backend='reference' or 'interpret')")
+
+
 def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: bool | None,
                 dtype=jnp.float32, ragged: bool = False) -> bool:
   """Whether a prefill of R rows runs its body through the chunked scan: `chunked` if given,
@@ -43,8 +55,7 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   capacity) must take it. Raises ValueError where the path asked for cannot run."""
   runs = chunk_scan.supported(cfg) or backend == config_lib.INTERPRET
   if chunked and not runs and backend == config_lib.PALLAS:
-    raise ValueError(f"chunked: the chunked scan needs a power-of-two divisor of headdim "
-                     f">= 16 and dstate >= 16, got {cfg.headdim} and {cfg.dstate}")
+    raise ValueError(f"chunked: {_UNSUPPORTED.format(cfg=cfg)}")
   if ragged and backend != config_lib.REFERENCE:
     if chunked is False or not runs:
       raise ValueError(f"num_rows: a prefill of R={R} > capacity={cfg.capacity} rows with "
@@ -159,6 +170,16 @@ def body_inputs(plan_: chunk_scan.ChunkPlan, slots, valid, params, conv0, xbc, d
   return post, dts, jnp.swapaxes(conv_end, 1, 2)
 
 
+def packed_slots(plan_: chunk_scan.ChunkPlan, base, n, span, trailing):
+  """(body rows rb [S], `chunk_scan.Slots`) of S sequences at flat rows `base` with n rows and
+  span rows reserved, the rows from `trailing` on filled."""
+  rb = jnp.maximum(n - plan_.cfg.capacity, 0).astype(jnp.int32)
+  T = plan_.T
+  return rb, chunk_scan.slot_table(
+      plan_, _with_trailing(base, trailing), _with_trailing(n, 0),
+      _with_trailing(span, T - trailing), _with_trailing(rb, 0))
+
+
 def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailing, *, R,
                 tiles=None):
   """A prefill of S sequences in flat rows (`args.xbc` [T, C], dt [T, H], z [T, H*P]):
@@ -172,8 +193,8 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   i32 = jnp.int32
   safe, valid, pad = status.entry_status(cfg, state, R, args)
   n = jnp.clip(args.num_rows, 0, span).astype(i32)
-  rb = jnp.maximum(n - cap, 0).astype(i32)                            # body rows of each
   p = chunk_plan(cfg, backend, state, T, S, xbc.dtype, z is not None, max(R - cap, 1), tiles)
+  rb, slots = packed_slots(p, base, n, span, trailing)                # body rows of each
   if cfg.compact:
     # Fold only valid sequences with a body (a rejected one keeps its window).
     state = fold(cfg, backend, params, state, status.call_args(
@@ -185,9 +206,6 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     conv0 = state.conv[safe, start]
     tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
   fill = jnp.where(valid | pad, 0.0, jnp.nan).astype(f32)        # y rows of a sequence not run
-  slots = chunk_scan.slot_table(
-      p, _with_trailing(base, trailing), _with_trailing(n, 0),
-      _with_trailing(span, T - trailing), _with_trailing(rb, 0))
   runs = _with_trailing(valid.astype(i32), 0)
   post, dtp, conv_end = body_inputs(p, slots, runs, params, conv0, xbc, dt, base,
                                     jnp.where(valid, rb, 0))

@@ -140,7 +140,7 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
     args = status.call_args(None, None, state_row, None, cache_indices)._replace(
         xbc=xbc, dt=dt, z=z)
     return dispatch.packed_reference(cfg, params, state, args, cu, entries_checked)
-  dispatch.use_chunked(cfg, backend, cfg.capacity + 1, True)      # raises where it cannot run
+  dispatch.check_packed(cfg, backend)
   args = status.CallArgs(xbc, dt, state_row, z, cache_indices, None)
   return dispatch.packed(params, state, args, jnp.asarray(cu, jnp.int32), cfg=cfg,
                          backend=backend, chunk_tiles=chunk_tiles,

@@ -180,6 +180,17 @@ def test_packed_host_errors_leave_the_state(cu, match):
     assert_bitwise(a, b, name)
 
 
+def test_packed_names_an_unsupported_geometry():
+  """Compiled, a headdim without a power-of-two divisor >= 16 cannot take the chunked path:
+  the check `prefill_packed` runs names it and the way out (interpret mode takes it)."""
+  from m2v_jax import dispatch
+  cfg = small_cfg(headdim=8)
+  with pytest.raises(ValueError, match="prefill_packed runs on the chunked path: .*headdim"):
+    dispatch.check_packed(cfg, "pallas")
+  dispatch.check_packed(cfg, "interpret")
+  dispatch.check_packed(small_cfg(headdim=16), "pallas")
+
+
 def test_packed_reference_needs_host_offsets():
   cfg = small_cfg(headdim=16)
   p = m.random_params(cfg, 8)
@@ -250,13 +261,12 @@ def test_device_offsets_cover_every_row_once(cu, T):
   from m2v_jax.kernels import chunk_scan as pk
   cfg = small_cfg(headdim=16)
   cap = cfg.capacity
-  base, n, span, trailing = map(np.asarray, dispatch.packed_layout(jnp.asarray(cu, jnp.int32), T))
-  rb = np.maximum(n - cap, 0)
   S = len(cu) - 1
   plan = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32, tiles=TILES,
                       interpret=True)
-  ext = lambda a, v: jnp.asarray(np.append(a, v), jnp.int32)
-  t = pk.slot_table(plan, ext(base, trailing), ext(n, 0), ext(span, T - trailing), ext(rb, 0))
+  base, n, span, trailing = dispatch.packed_layout(jnp.asarray(cu, jnp.int32), T)
+  rb, t = dispatch.packed_slots(plan, base, n, span, trailing)
+  base, n, rb = map(np.asarray, (base, n, rb))
   count = np.zeros(T, int)
   for r0, k in zip(np.asarray(t.row0), np.asarray(t.rows)):
     count[r0:r0 + k] += 1
@@ -298,10 +308,7 @@ def test_slot_counts_hold_for_random_layouts():
                         tiles=TILES, interpret=True)
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
     base, n, span, trailing = dispatch.packed_layout(cu, T)
-    rb = jnp.maximum(n - cfg.capacity, 0)
-    ext = lambda a, v: jnp.concatenate([a, jnp.asarray([v], jnp.int32)])
-    t = pk.slot_table(plan, ext(base, trailing), ext(n, 0), ext(span, T - trailing),
-                      ext(rb, 0))
+    _, t = dispatch.packed_slots(plan, base, n, span, trailing)
     body, rows = np.asarray(t.body), np.asarray(t.rows)
     assert int(np.asarray(t.count).sum()) == int(body.sum()) <= plan.body_slots
     assert np.all(np.flatnonzero(body) < plan.body_slots)
