@@ -4,7 +4,9 @@
 - padding (a -1 entry), a device-side rejected `state_row`, an out-of-range entry;
 - `num_rows` below R, and the gate z;
 - a compact fold (`committed_state`), a serial prefill (R = 37) and a chunked prefill (R = 200,
-  whose padded body reaches past the call's rows).
+  whose padded body reaches past the call's rows);
+- packed prefills (`prefill_packed`) of three prompts, once with device offsets that reject
+  one (an empty prompt).
 
     compute-sanitizer --tool initcheck --kernel-name kns=m2v python tools/sanitize_calls.py
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -67,6 +70,22 @@ def run(mode: str, geometry: str) -> None:
                          cache_indices=i32([4, -1, 5, 1]), chunked=chunked)
     y = np.asarray(y, np.float32)
     assert not np.any(y[1]) and np.all(np.isfinite(y[[0, 2, 3]])), (R, chunked)
+  # 4. a packed prefill (prompts of 130, 1 and 37 rows, 8 rows of padding), then one whose
+  # device offsets reject the second prompt (empty)
+  T, cu = 176, (0, 130, 131, 168)
+  xbc = jnp.asarray(rng.normal(size=(T, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(-1, 1, size=(T, cfg.nheads)), dtype)
+  y, state = m.prefill_packed(cfg, p, state, xbc, dt, np.asarray(cu, np.int32),
+                              cache_indices=i32([4, 5, 1]))
+  y = np.asarray(y, np.float32)
+  assert np.all(np.isfinite(y[:168])) and not np.any(y[168:])
+  if jax.default_backend() != "gpu":       # device offsets need the kernels
+    print(f"{mode} ({geometry}): done")
+    return
+  y, state = m.prefill_packed(cfg, p, state, xbc, dt, i32((0, 130, 130, 168)),
+                              cache_indices=i32([4, 5, 1]))
+  y = np.asarray(y, np.float32)
+  assert np.all(np.isfinite(y[:130])) and np.all(np.isfinite(y[130:168]))
   print(f"{mode} ({geometry}): done")
 
 

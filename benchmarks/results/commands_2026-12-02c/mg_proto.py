@@ -1,0 +1,360 @@
+"""Prototype: the compact verify SSM step as a Mosaic GPU kernel, one (sequence, head) per CTA.
+
+fold S1 = a*S0 + Xw^T B (two TF32 passes on a head/tail split of Xw), y^T = S1 C^T (two
+passes on a head/tail split of S1), S1 stored in place. Measures time against the bytes.
+"""
+import functools, sys, time, json
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+f32 = jnp.float32
+import os
+INTERPRET = bool(os.environ.get("MG_INTERPRET"))
+
+
+def tf32_tail(v):
+  hi = lax.bitcast_convert_type(lax.bitcast_convert_type(v, jnp.uint32) & np.uint32(0xFFFFE000), f32)
+  return v - hi
+
+
+def swz(cols_bytes):
+  sw = min(128, cols_bytes)
+  return (plgpu.TilingTransform((8, sw // 4)), plgpu.SwizzleTransform(sw))
+
+
+def make_step1(B, E, H=128, P=64, N=128, G=8, R=8, KT=8):
+  HG = H // G
+
+  V = os.environ.get("MG_VARIANT", "full")
+
+  def body(idx_ref, a_ref, pool_ref, xh_ref, xl_ref, bt_ref, c_ref, y_ref,
+           s_smem, lo_smem, xh_smem, xl_smem, bt_smem, c_smem, y_smem, bar):
+    h, b = lax.axis_index("h"), lax.axis_index("b")
+    g = h // HG
+    e = idx_ref[b]
+    a = a_ref[b, h]
+    plgpu.copy_gmem_to_smem(pool_ref.at[e, h], s_smem, bar.at[0])
+    plgpu.copy_gmem_to_smem(xh_ref.at[b, h], xh_smem, bar.at[1])
+    plgpu.copy_gmem_to_smem(xl_ref.at[b, h], xl_smem, bar.at[2])
+    plgpu.copy_gmem_to_smem(bt_ref.at[b, g], bt_smem, bar.at[3])
+    plgpu.copy_gmem_to_smem(c_ref.at[b, g], c_smem, bar.at[4])
+    for i in range(5):
+      plgpu.barrier_wait(bar.at[i])
+    if V in ("full", "noy"):
+      s0 = plgpu.load(s_smem, layout=plgpu.Layout.WGMMA)
+      acc0 = s0 * a
+
+      def fold(acc):
+        plgpu.wgmma(acc, xh_smem, bt_smem.T)
+        plgpu.wgmma(acc, xl_smem, bt_smem.T)
+      s1 = pl.run_state(fold)(plgpu.ACC.init(acc0))
+      s_smem[...] = s1
+      lo_smem[...] = tf32_tail(s1)
+      plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(s_smem, pool_ref.at[e, h])
+    if V in ("full", "nofold"):
+      def yprod(acc):
+        plgpu.wgmma(acc, s_smem, c_smem.T)
+        plgpu.wgmma(acc, lo_smem, c_smem.T)
+        return acc[...]
+      y = pl.run_scoped(yprod, plgpu.ACC((P, R), f32))
+      y_smem[...] = y
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(y_smem, y_ref.at[b, h])
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+  kern = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((B, H, P, R), f32),
+      scratch_types=[plgpu.SMEM((P, N), f32, transforms=swz(N * 4)),
+                     plgpu.SMEM((P, N), f32, transforms=swz(N * 4)),
+                     plgpu.SMEM((P, KT), f32, transforms=swz(KT * 4)),
+                     plgpu.SMEM((P, KT), f32, transforms=swz(KT * 4)),
+                     plgpu.SMEM((N, KT), f32, transforms=swz(KT * 4)),
+                     plgpu.SMEM((R, N), f32, transforms=swz(N * 4)),
+                     plgpu.SMEM((P, R), f32), plgpu.Barrier(num_barriers=5)],
+      grid=(H, B), grid_names=("h", "b"), kernel_name="mgpu_proto_step",
+      **({"interpret": plgpu.InterpretGPUParams()} if INTERPRET else {}))
+
+  def call(idx, a, pool, xh, xl, bt, c):
+    ref = jax.new_ref(pool)
+    y = kern(idx, a, ref, xh, xl, bt, c)
+    return jax.ref.freeze(ref), y
+  return call
+
+
+def make_pipe(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=264, stages=2):
+  """Persistent: CTA c takes items c, c + ctas, ...; the next item's loads are in flight
+  while the current one is folded and stored."""
+  HG, items = H // G, B * H
+  ctas = min(ctas, items)
+  NB = 5                                # barriers per stage: state, xh, xl, bt, c
+  half = N // 2
+
+  def body(idx_ref, a_ref, pool_ref, xh_ref, xl_ref, bt_ref, c_ref, y_ref,
+           s_smem, xh_smem, xl_smem, bt_smem, c_smem, lo_smem, y_smem, bar):
+    cid = lax.axis_index("c")
+    count = (items - cid + ctas - 1) // ctas
+
+    def where(k):
+      i = cid + k * ctas
+      b, h = i // H, i % H
+      return b, h, h // HG, idx_ref[b]
+
+    def issue(k, slot):
+      b, h, g, e = where(k)
+      srcs = (pool_ref.at[e, h], xh_ref.at[b, h], xl_ref.at[b, h], bt_ref.at[b, g], c_ref.at[b, g])
+      dsts = (s_smem, xh_smem, xl_smem, bt_smem, c_smem)
+      for j, (src, dst) in enumerate(zip(srcs, dsts)):
+        plgpu.copy_gmem_to_smem(src, dst.at[slot], bar.at[slot * NB + j])
+
+    issue(0, 0)
+
+    @pl.loop(0, count)
+    def _step(k):
+      slot = lax.rem(k, stages)
+      nxt = lax.rem(k + 1, stages)
+
+      @pl.when(k + 1 < count)
+      def _():
+        plgpu.wait_smem_to_gmem(stages - 2, wait_read_only=True)
+        issue(k + 1, nxt)
+      for j in range(NB):
+        plgpu.barrier_wait(bar.at[slot * NB + j])
+      b, h, g, e = where(k)
+      s_ref, xh, xl, bt, cc = (r.at[slot] for r in (s_smem, xh_smem, xl_smem, bt_smem, c_smem))
+      s0 = plgpu.load(s_ref, layout=plgpu.Layout.WGMMA)
+      acc0 = s0 * a_ref[b, h]
+
+      def fold(acc):
+        plgpu.wgmma(acc, xh, bt.T)
+        plgpu.wgmma(acc, xl, bt.T)
+      s1 = pl.run_state(fold)(plgpu.ACC.init(acc0))
+      s_ref[...] = s1
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(s_ref, pool_ref.at[e, h], commit_group=False)
+
+      def yprod(acc):
+        plgpu.wgmma(acc, s_ref, cc.T)
+        for q in range(2):
+          cols = pl.ds(q * half, half)
+          lo_smem[...] = tf32_tail(s_ref[:, cols])
+          plgpu.commit_smem()
+          plgpu.wgmma(acc, lo_smem, cc.at[:, cols].T)
+          plgpu.wgmma_wait(0)
+        return acc[...]
+      y = pl.run_scoped(yprod, plgpu.ACC((P, R), f32))
+      y_smem.at[slot][...] = y
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(y_smem.at[slot], y_ref.at[b, h], commit_group=False)
+      plgpu.commit_smem_to_gmem_group()
+
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+  st = lambda shape, t=None: plgpu.SMEM((stages,) + shape, f32, transforms=t) if t else plgpu.SMEM((stages,) + shape, f32)
+  kern = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((B, H, P, R), f32),
+      scratch_types=[st((P, N), swz(N * 4)), st((P, KT), swz(KT * 4)), st((P, KT), swz(KT * 4)),
+                     st((N, KT), swz(KT * 4)), st((R, N), swz(N * 4)),
+                     plgpu.SMEM((P, half), f32, transforms=swz(half * 4)), st((P, R)),
+                     plgpu.Barrier(num_barriers=stages * NB)],
+      grid=(ctas,), grid_names=("c",), kernel_name="mgpu_proto_pipe")
+
+  def call(idx, a, pool, xh, xl, bt, c):
+    ref = jax.new_ref(pool)
+    y = kern(idx, a, ref, xh, xl, bt, c)
+    return jax.ref.freeze(ref), y
+  return call
+
+
+def bf16_parts(v, n=3):
+  """v (float32) as n bfloat16 parts whose float32 sum is v to ~8n bits."""
+  parts = []
+  for _ in range(n):
+    p_ = v.astype(jnp.bfloat16)
+    parts.append(p_)
+    v = v - p_.astype(f32)
+  return parts
+
+
+def make_regs(B, E, H=128, P=64, N=128, G=8, R=8, KT=16, ctas=264, ns=2):
+  """Persistent; the state goes TMA -> shared -> registers, and its slot is refilled at
+  once; the fold and y take bf16 parts in registers (exact bf16 products, float32
+  accumulation); S1 and y go from registers to global memory."""
+  HG, items = H // G, B * H
+  ctas = min(ctas, items)
+
+  def body(idx_ref, a_ref, pool_ref, xw_ref, bw_ref, c_ref, y_ref,
+           s_smem, xw_smem, bw_smem, c_smem, sbar, obar):
+    cid = lax.axis_index("c")
+    count = (items - cid + ctas - 1) // ctas
+
+    def where(k):
+      i = cid + k * ctas
+      b, h = i // H, i % H
+      return b, h, h // HG, idx_ref[b]
+
+    def issue_state(k):
+      b, h, g, e = where(k)
+      slot = lax.rem(k, ns)
+      plgpu.copy_gmem_to_smem(pool_ref.at[e, h], s_smem.at[slot], sbar.at[slot])
+
+    def issue_ops(k):
+      b, h, g, e = where(k)
+      slot = lax.rem(k, 2)
+      plgpu.copy_gmem_to_smem(xw_ref.at[b, h], xw_smem.at[slot], obar.at[3 * slot])
+      plgpu.copy_gmem_to_smem(bw_ref.at[b, g], bw_smem.at[slot], obar.at[3 * slot + 1])
+      plgpu.copy_gmem_to_smem(c_ref.at[b, g], c_smem.at[slot], obar.at[3 * slot + 2])
+
+    for k in range(ns):
+      pl.when(k < count)(functools.partial(issue_state, k))
+    for k in range(2):
+      pl.when(k < count)(functools.partial(issue_ops, k))
+
+    @pl.loop(0, count)
+    def _step(k):
+      b, h, g, e = where(k)
+      slot, oslot = lax.rem(k, ns), lax.rem(k, 2)
+      plgpu.barrier_wait(sbar.at[slot])
+      s0 = plgpu.load(s_smem.at[slot], layout=plgpu.Layout.WGMMA)
+      plgpu.commit_smem()       # every thread's read is done before the slot is refilled
+      pl.when(k + ns < count)(lambda: issue_state(k + ns))
+      for j in range(3):
+        plgpu.barrier_wait(obar.at[3 * oslot + j])
+      xw = plgpu.load(xw_smem.at[oslot], layout=plgpu.Layout.WGMMA)
+      bw, cc = bw_smem.at[oslot], c_smem.at[oslot]
+
+      def fold(acc):
+        for part in bf16_parts(xw):
+          plgpu.wgmma(acc, part, bw)
+      s1 = pl.run_state(fold)(plgpu.ACC.init(s0 * a_ref[b, h]))
+
+      def yprod(acc):
+        for part in bf16_parts(s1):
+          plgpu.wgmma(acc, plgpu.layout_cast(part, plgpu.Layout.WGMMA), cc.T)
+        return acc[...]
+      y = pl.run_scoped(yprod, plgpu.ACC((P, R), f32))
+      plgpu.commit_smem()
+      pl.when(k + 2 < count)(lambda: issue_ops(k + 2))
+      pool_ref.at[e, h][...] = s1
+      y_ref.at[b, h][...] = y
+
+  bf = jnp.bfloat16
+  kern = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((B, H, P, R), f32),
+      scratch_types=[plgpu.SMEM((ns, P, N), f32, transforms=swz(N * 4)),
+                     plgpu.SMEM((2, P, KT), f32, transforms=swz(KT * 4)),
+                     plgpu.SMEM((2, KT, N), bf, transforms=(plgpu.TilingTransform((8, 16)), plgpu.SwizzleTransform(32))),
+                     plgpu.SMEM((2, R, N), bf, transforms=(plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))),
+                     plgpu.Barrier(num_barriers=ns), plgpu.Barrier(num_barriers=6)],
+      grid=(ctas,), grid_names=("c",), kernel_name="mgpu_proto_regs")
+
+  def call(idx, a, pool, xw, bw, c):
+    ref = jax.new_ref(pool)
+    y = kern(idx, a, ref, xw, bw, c)
+    return jax.ref.freeze(ref), y
+  return call
+
+
+def make_step(B, E, **kw):
+  v = os.environ.get("MG_VARIANT", "full")
+  if v.startswith("regs"):       # regs<ctas>x<ns>
+    ctas, ns = map(int, v[4:].split("x"))
+    return make_regs(B, E, ctas=ctas, ns=ns, **kw)
+  if v.startswith("pipe"):       # pipe<ctas>x<stages>
+    ctas, stages = map(int, v[4:].split("x"))
+    return make_pipe(B, E, ctas=ctas, stages=stages, **kw)
+  return make_step1(B, E, **kw)
+
+
+def reference(pool, idx, a, xw, bt, c):
+  s0 = pool[idx].astype(np.float64)                       # [B, H, P, N]
+  G = bt.shape[1]; H = pool.shape[1]
+  btg = np.repeat(bt.astype(np.float64), H // G, axis=1)  # [B, H, N, K]
+  cg = np.repeat(c.astype(np.float64), H // G, axis=1)    # [B, H, R, N]
+  s1 = a[:, :, None, None] * s0 + np.einsum("bhpk,bhnk->bhpn", xw.astype(np.float64), btg)
+  y = np.einsum("bhpn,bhrn->bhpr", s1, cg)
+  return s1, y
+
+
+def inputs(B, E, rng, H=128, P=64, N=128, G=8, R=8, KT=8):
+  pool = rng.normal(0, 0.5, (E, H, P, N)).astype(np.float32)
+  idx = rng.permutation(E)[:B].astype(np.int32)
+  a = rng.uniform(0.5, 1.0, (B, H)).astype(np.float32)
+  xw = rng.normal(0, 1, (B, H, P, KT)).astype(np.float32)
+  bt = np.asarray(jnp.asarray(rng.normal(0, 1, (B, G, N, KT)), jnp.bfloat16).astype(f32))
+  c = np.asarray(jnp.asarray(rng.normal(0, 1, (B, G, R, N)), jnp.bfloat16).astype(f32))
+  return pool, idx, a, xw, bt, c
+
+
+def operands(xw, bt, c):
+  """The kernel's operands after (idx, a, pool) for the variant in MG_VARIANT."""
+  if os.environ.get("MG_VARIANT", "full").startswith("regs"):
+    pad = lambda v, axis: np.concatenate([v, np.zeros_like(v)], axis=axis)
+    bw = np.swapaxes(bt, 2, 3)                                  # [B, G, K, N]
+    return (jnp.asarray(pad(xw, 3)), jnp.asarray(pad(bw, 2), jnp.bfloat16),
+            jnp.asarray(c, jnp.bfloat16))
+  xl = np.asarray(tf32_tail(jnp.asarray(xw)))
+  return tuple(map(jnp.asarray, (xw, xl, bt, c)))
+
+
+def main():
+  rng = np.random.default_rng(0)
+  B, E = (2, 4) if INTERPRET else (4, 8)
+  pool, idx, a, xw, bt, c = inputs(B, E, rng)
+  step = make_step(B, E)
+  ops = operands(xw, bt, c)
+  f = jax.jit(step)
+  if len(sys.argv) > 1 and sys.argv[1] == "lower":
+    sds = [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in (idx, a, pool) + ops]
+    with jax.sharding.use_abstract_mesh(__import__("m2v_jax.kernels.backend", fromlist=["x"]).abstract_h200_mesh()):
+      t = jax.jit(step).trace(*sds).lower(lowering_platforms=("cuda",)).as_text()
+    print(len(t), "mosaic_gpu" in t); open("/tmp/mg_proto.mlir","w").write(t); return
+  if len(sys.argv) > 1 and sys.argv[1] == "ncu":
+    B, E = 32, 64
+    pool, idx, a, xw, bt, c = inputs(B, E, rng)
+    g = jax.jit(make_step(B, E), donate_argnums=2)
+    args = [jnp.asarray(idx), jnp.asarray(a), jnp.asarray(pool), *operands(xw, bt, c)]
+    for _ in range(4):
+      args[2], y = g(*args)
+    y.block_until_ready(); return
+  new_pool, y = f(jnp.asarray(idx), jnp.asarray(a), jnp.asarray(pool), *ops)
+  s1, yr = reference(pool, idx, a, xw, bt, c)
+  new_pool, y = np.asarray(new_pool), np.asarray(y)
+  err_s = np.abs(new_pool[idx] - s1).max() / np.abs(s1).max()
+  err_y = np.abs(y - yr).max() / np.abs(yr).max()
+  untouched = np.array_equal(np.delete(new_pool, idx, 0), np.delete(pool, idx, 0))
+  print(f"check: state rel err {err_s:.2e}, y rel err {err_y:.2e}, other entries untouched {untouched}")
+  if INTERPRET: return
+  res = {}
+  for B in (1, 8, 32, 128):
+    banks = max(2, -(-160 * 2**20 // (B * 128 * 64 * 128 * 4)))   # rotate past the 60 MB L2
+    E = B * banks
+    step = make_step(B, E)
+    pool, idx, a, xw, bt, c = inputs(B, E, rng)
+    idxs = jnp.asarray(np.stack([np.arange(B) + k * B for k in range(banks)]).astype(np.int32))
+    args = (jnp.asarray(a),) + operands(xw, bt, c)
+
+    @functools.partial(jax.jit, donate_argnums=0, static_argnums=2)
+    def loop(pool, idxs, n):
+      def one(i, carry):
+        pool, acc = carry
+        pool, y = step(idxs[i % banks], args[0], pool, *args[1:])
+        return pool, acc + y[0, 0, 0, 0]
+      return lax.fori_loop(0, n, one, (pool, jnp.float32(0)))
+    p = jnp.asarray(pool)
+    p, s = loop(p, idxs, 20); s.block_until_ready()
+    ts = []
+    for rep in range(7):
+      t0 = time.perf_counter(); p, s = loop(p, idxs, 200); s.block_until_ready(); ts.append((time.perf_counter() - t0) / 200 * 1e6)
+    med = float(np.median(ts))
+    mb = B * 128 * 64 * 128 * 4 * 2 / 1e6
+    res[B] = dict(median_us=med, min_us=min(ts), state_MB=mb, GBps=mb * 1e3 / med, floor_us_at_4p04=mb / 4.04e6 * 1e6)
+    print(f"B={B}: {med:.1f} us (min {min(ts):.1f}); state traffic {mb:.1f} MB -> {mb*1e3/med:.0f} GB/s; floor at 4.04 TB/s {mb/4.04e6*1e6:.1f} us")
+  json.dump(res, open(sys.argv[1] if len(sys.argv) > 1 else "/tmp/mg_proto.json", "w"), indent=1)
+
+
+if __name__ == "__main__":
+  main()
