@@ -49,11 +49,11 @@ def test_speculative_equals_greedy_in_both_modes(trained, backend):
   cfg, params, _ = trained
   n = 48 if backend == "reference" else 20
   prompt = decode.DEFAULT_PROMPT.encode()
-  runs = {}
+  runs, decoders = {}, {}
   for mode in ("snapshot", "compact"):
-    d = decode.Decoder(cfg, params, mode, 8, backend)
-    runs[mode] = d.run(prompt, n, True, 3)
-  greedy = decode.Decoder(cfg, params, "snapshot", 8, backend).run(prompt, n, False, 3)
+    decoders[mode] = decode.Decoder(cfg, params, mode, 8, backend)
+    runs[mode] = decoders[mode].run(prompt, n, True, 3)
+  greedy = decoders["snapshot"].run(prompt, n, False, 3)   # the same programs, one row a call
   spec, acc = runs["snapshot"][:2]
   assert len(spec) == n
   assert spec == greedy[0], (spec, greedy[0])
