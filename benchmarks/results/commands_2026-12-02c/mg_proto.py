@@ -258,11 +258,61 @@ def make_regs(B, E, H=128, P=64, N=128, G=8, R=8, KT=16, ctas=264, ns=2):
   return call
 
 
+def make_pipecopy(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=264, stages=2):
+  """Persistent TMA copy of the states in place (no compute): `stages` loads ahead."""
+  items = B * H
+  ctas = min(ctas, items)
+
+  def body(idx_ref, a_ref, pool_ref, xh_ref, xl_ref, bt_ref, c_ref, y_ref, s_smem, bar):
+    cid = lax.axis_index("c")
+    count = (items - cid + ctas - 1) // ctas
+
+    def where(k):
+      i = cid + k * ctas
+      return i // H, i % H
+
+    def issue(k):
+      b, h = where(k)
+      slot = lax.rem(k, stages)
+      plgpu.copy_gmem_to_smem(pool_ref.at[idx_ref[b], h], s_smem.at[slot], bar.at[slot])
+
+    for k in range(stages - 1):
+      pl.when(k < count)(functools.partial(issue, k))
+
+    @pl.loop(0, count)
+    def _step(k):
+      @pl.when(k + stages - 1 < count)
+      def _():
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)   # the slot's last store has left
+        issue(k + stages - 1)
+      slot = lax.rem(k, stages)
+      plgpu.barrier_wait(bar.at[slot])
+      b, h = where(k)
+      plgpu.copy_smem_to_gmem(s_smem.at[slot], pool_ref.at[idx_ref[b], h])
+
+    plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+
+  kern = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((B, H, P, R), f32),
+      scratch_types=[plgpu.SMEM((stages, P, N), f32, transforms=swz(N * 4)),
+                     plgpu.Barrier(num_barriers=stages)],
+      grid=(ctas,), grid_names=("c",), kernel_name="mgpu_proto_pipecopy")
+
+  def call(idx, a, pool, xh, xl, bt, c):
+    ref = jax.new_ref(pool)
+    y = kern(idx, a, ref, xh, xl, bt, c)
+    return jax.ref.freeze(ref), y
+  return call
+
+
 def make_step(B, E, **kw):
   v = os.environ.get("MG_VARIANT", "full")
   if v.startswith("regs"):       # regs<ctas>x<ns>
     ctas, ns = map(int, v[4:].split("x"))
     return make_regs(B, E, ctas=ctas, ns=ns, **kw)
+  if v.startswith("pipecopy"):   # pipecopy<ctas>x<stages>
+    ctas, stages = map(int, v[8:].split("x"))
+    return make_pipecopy(B, E, ctas=ctas, stages=stages, **kw)
   if v.startswith("pipe"):       # pipe<ctas>x<stages>
     ctas, stages = map(int, v[4:].split("x"))
     return make_pipe(B, E, ctas=ctas, stages=stages, **kw)
