@@ -305,11 +305,109 @@ def make_pipecopy(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=264, stages=2):
   return call
 
 
+def make_ws(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=132, ns=4):
+  """Warp-specialized: one CTA per SM, a producer warpgroup filling a ring of `ns` slots by
+  TMA and two consumer warpgroups taking alternate items (each slot always serves the same
+  consumer: ns is even); a consumer writes S1 into its slot, stores it by TMA and frees the
+  slot once the store has read it."""
+  HG, items = H // G, B * H
+  ctas = min(ctas, items)
+  NB = 5
+  half = N // 2
+  assert ns % 2 == 0
+
+  def body(idx_ref, a_ref, pool_ref, xh_ref, xl_ref, bt_ref, c_ref, y_ref,
+           s_smem, xh_smem, xl_smem, bt_smem, c_smem, lo_smem, y_smem, full, free):
+    cid, wg = lax.axis_index("c"), lax.axis_index("wg")
+    count = (items - cid + ctas - 1) // ctas
+
+    def where(k):
+      i = cid + k * ctas
+      b, h = i // H, i % H
+      return b, h, h // HG, idx_ref[b]
+
+    @pl.when(wg == 2)
+    def _producer():
+      plgpu.set_max_registers(40, action="decrease")
+
+      @pl.loop(0, count)
+      def _(k):
+        slot = lax.rem(k, ns)
+        b, h, g, e = where(k)
+        pl.when(k >= ns)(lambda: plgpu.barrier_wait(free.at[slot]))
+        srcs = (pool_ref.at[e, h], xh_ref.at[b, h], xl_ref.at[b, h], bt_ref.at[b, g],
+                c_ref.at[b, g])
+        dsts = (s_smem, xh_smem, xl_smem, bt_smem, c_smem)
+        for j, (src, dst) in enumerate(zip(srcs, dsts)):
+          plgpu.copy_gmem_to_smem(src, dst.at[slot], full.at[slot * NB + j])
+
+    @pl.when(wg < 2)
+    def _consumer():
+      plgpu.set_max_registers(232, action="increase")
+      lo, ys = lo_smem.at[wg], y_smem.at[wg]
+
+      @pl.loop(0, (count - wg + 1) // 2)
+      def _(j):
+        k = wg + 2 * j
+        slot = lax.rem(k, ns)
+        for q in range(NB):
+          plgpu.barrier_wait(full.at[slot * NB + q])
+        b, h, g, e = where(k)
+        s_ref, xh, xl, bt, cc = (r.at[slot] for r in (s_smem, xh_smem, xl_smem, bt_smem, c_smem))
+        s0 = plgpu.load(s_ref, layout=plgpu.Layout.WGMMA)
+
+        def fold(acc):
+          plgpu.wgmma(acc, xh, bt.T)
+          plgpu.wgmma(acc, xl, bt.T)
+        s1 = pl.run_state(fold)(plgpu.ACC.init(s0 * a_ref[b, h]))
+        s_ref[...] = s1
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(s_ref, pool_ref.at[e, h], commit_group=False)
+
+        def yprod(acc):
+          plgpu.wgmma(acc, s_ref, cc.T)
+          for q in range(2):
+            cols = pl.ds(q * half, half)
+            lo[...] = tf32_tail(s_ref[:, cols])
+            plgpu.commit_smem()
+            plgpu.wgmma(acc, lo, cc.at[:, cols].T)
+            plgpu.wgmma_wait(0)
+          return acc[...]
+        y = pl.run_scoped(yprod, plgpu.ACC((P, R), f32))
+        ys[...] = y
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(ys, y_ref.at[b, h], commit_group=False)
+        plgpu.commit_smem_to_gmem_group()
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)
+        plgpu.barrier_arrive(free.at[slot])
+
+  st = lambda shape, t: plgpu.SMEM((ns,) + shape, f32, transforms=t)
+  kern = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((B, H, P, R), f32),
+      scratch_types=[st((P, N), swz(N * 4)), st((P, KT), swz(KT * 4)), st((P, KT), swz(KT * 4)),
+                     st((N, KT), swz(KT * 4)), st((R, N), swz(N * 4)),
+                     plgpu.SMEM((2, P, half), f32, transforms=swz(half * 4)),
+                     plgpu.SMEM((2, P, R), f32),
+                     plgpu.Barrier(num_barriers=ns * NB),
+                     plgpu.Barrier(num_arrivals=1, num_barriers=ns)],
+      grid=(ctas,), grid_names=("c",), num_threads=3, thread_name="wg",
+      kernel_name="mgpu_proto_ws")
+
+  def call(idx, a, pool, xh, xl, bt, c):
+    ref = jax.new_ref(pool)
+    y = kern(idx, a, ref, xh, xl, bt, c)
+    return jax.ref.freeze(ref), y
+  return call
+
+
 def make_step(B, E, **kw):
   v = os.environ.get("MG_VARIANT", "full")
   if v.startswith("regs"):       # regs<ctas>x<ns>
     ctas, ns = map(int, v[4:].split("x"))
     return make_regs(B, E, ctas=ctas, ns=ns, **kw)
+  if v.startswith("ws"):         # ws<ctas>x<ns>
+    ctas, ns = map(int, v[2:].split("x"))
+    return make_ws(B, E, ctas=ctas, ns=ns, **kw)
   if v.startswith("pipecopy"):   # pipecopy<ctas>x<stages>
     ctas, stages = map(int, v[8:].split("x"))
     return make_pipecopy(B, E, ctas=ctas, stages=stages, **kw)
