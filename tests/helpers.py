@@ -19,6 +19,15 @@ HF_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
 E, B = 16, 5
 
 
+def dev(x, dtype):
+  """A device array of host values in `dtype`, converted on the host (as JAX would: through
+  float32) so that no conversion program is compiled for each shape."""
+  x = np.asarray(x)
+  if np.issubdtype(x.dtype, np.floating):
+    x = x.astype(np.float32)
+  return jnp.asarray(x.astype(dtype))
+
+
 def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
               **kw) -> m.Mamba2Config:
   """A geometry small enough for interpret mode: H=4, P=8 (16 where the compiled chunked
@@ -31,10 +40,10 @@ def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
 def inputs(cfg, B, R, dtype=jnp.float32, rng=None, z=False):
   """Random raw xBC [B, R, C], dt [B, R, H] (and z) in `dtype`."""
   rng = rng if rng is not None else np.random.default_rng(0)
-  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
-  dt = jnp.asarray(rng.normal(-0.5, 1.5, size=(B, R, cfg.nheads)), dtype)
+  xbc = dev(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
+  dt = dev(rng.normal(-0.5, 1.5, size=(B, R, cfg.nheads)), dtype)
   if z:
-    return xbc, dt, jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype)
+    return xbc, dt, dev(rng.normal(size=(B, R, cfg.d_inner)), dtype)
   return xbc, dt
 
 
@@ -46,9 +55,9 @@ def random_state(cfg, E, dtype=jnp.float32, rng=None, conv_dtype=None):
   leaves = []
   for name, s in zip(type(shapes)._fields, shapes):
     if name in ("ssm", "conv"):
-      leaves.append(jnp.asarray(rng.normal(size=s.shape), s.dtype))
+      leaves.append(dev(rng.normal(size=s.shape), s.dtype))
     else:
-      leaves.append(jnp.zeros(s.shape, s.dtype))
+      leaves.append(jnp.asarray(np.zeros(s.shape, s.dtype)))
   return type(shapes)(*leaves)
 
 
@@ -361,7 +370,7 @@ def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
   rows = np.zeros(Bsz, np.int32)
   for R in Rs:
     pf = R > cfg.ssm.capacity
-    hidden = jnp.asarray(rng.normal(0, 1, (Bsz, R, cfg.d_model)), jnp.float32)
+    hidden = dev(rng.normal(0, 1, (Bsz, R, cfg.d_model)), jnp.float32)
     out1, one = m.mixer(cfg, p, one, hidden, rows, prefill=pf, chunked=chunked if pf else None,
                         backend=backend)
     out2, many = runs[pf](ptp, many, hidden, jnp.asarray(rows))

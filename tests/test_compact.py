@@ -6,7 +6,7 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import dispatch, status
-from tests.helpers import Pair, assert_bitwise, assert_close, copy_state, inputs, small_cfg
+from tests.helpers import dev, Pair, assert_bitwise, assert_close, copy_state, inputs, small_cfg
 
 
 def modes_under_user_jit(backend):
@@ -19,7 +19,7 @@ def modes_under_user_jit(backend):
     p = m.random_params(cfg, 0)          # 8 heads: some exp(A_log) fold an ulp off
     rng = np.random.default_rng(0)
     state = m.state_from_committed(
-        cfg, jnp.asarray(rng.normal(0, 0.5, (2, cfg.nheads, cfg.headdim, cfg.dstate)), jnp.float32),
+        cfg, dev(rng.normal(0, 0.5, (2, cfg.nheads, cfg.headdim, cfg.dstate)), jnp.float32),
         jnp.zeros((2, cfg.conv_dim, cfg.d_conv - 1), jnp.float32), jnp.float32)
     xbc, dt = inputs(cfg, 2, 4, rng=rng)
     step = jax.jit(lambda s, x, d, cfg=cfg, p=p: m.verify(cfg, p, s, x, d, jnp.zeros(2, jnp.int32),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from tests.helpers import HF_FIXTURE, assert_bitwise, copy_state, small_cfg
+from tests.helpers import dev, HF_FIXTURE, assert_bitwise, copy_state, small_cfg
 
 nnx = pytest.importorskip("flax.nnx", reason="the flax extra is not installed")
 from m2v_jax import nnx as m2v_nnx  # noqa: E402
@@ -25,7 +25,7 @@ def test_module_matches_the_functional_layer(mode):
   s_fun = copy_state(s_mod)
   rows = np.zeros(2, np.int32)
   for R in (5, 8):
-    h = jnp.asarray(rng.normal(size=(2, R, 24)), jnp.float32)
+    h = dev(rng.normal(size=(2, R, 24)), jnp.float32)
     out_m, s_mod = step(mod, s_mod, h, rows)
     out_f, s_fun = m.mixer(cfg, p, s_fun, h, rows, backend="interpret")
     assert_bitwise(out_m, out_f, f"out (R={R})")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from tests.helpers import (assert_bitwise, assert_close, copy_state, np_rows, random_state,
+from tests.helpers import (dev, assert_bitwise, assert_close, copy_state, np_rows, random_state,
                            small_cfg)
 
 TILES = m.ChunkTiles(chunk=16)
@@ -18,8 +18,8 @@ LENGTHS = [1, 7, 8, 9, 23, 24, 25, 61]
 def packed_inputs(cfg, lengths, trailing, rng, dtype=jnp.float32):
   cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
   T = int(cu[-1]) + trailing
-  xbc = jnp.asarray(rng.normal(size=(T, cfg.conv_dim)), dtype)
-  dt = jnp.asarray(rng.normal(-0.5, 1.5, size=(T, cfg.nheads)), dtype)
+  xbc = dev(rng.normal(size=(T, cfg.conv_dim)), dtype)
+  dt = dev(rng.normal(-0.5, 1.5, size=(T, cfg.nheads)), dtype)
   return cu, xbc, dt
 
 
@@ -90,7 +90,7 @@ class PackedChecks:
     lengths = [30, 5, 17]
     S = len(lengths)
     cu, xbc, dt = packed_inputs(snap, lengths, 0, rng)
-    z = jnp.asarray(rng.normal(size=(xbc.shape[0], snap.d_inner)), jnp.float32)
+    z = dev(rng.normal(size=(xbc.shape[0], snap.d_inner)), jnp.float32)
     s, c = m.init_state(snap, S, jnp.float32), m.init_state(comp, S, jnp.float32)
     ys, s = m.prefill_packed(snap, p, s, xbc, dt, cu, z=z, backend=self.backend,
                              chunk_tiles=TILES)
@@ -103,8 +103,8 @@ class PackedChecks:
       b = m.committed_state(comp, p, c, rows, backend=self.backend)
       assert_bitwise(a[0], b[0], f"committed ssm before verify {step}")
       assert_bitwise(a[1], b[1], f"committed conv before verify {step}")
-      xv = jnp.asarray(rng.normal(size=(S, 8, snap.conv_dim)), jnp.float32)
-      dv = jnp.asarray(rng.normal(size=(S, 8, snap.nheads)), jnp.float32)
+      xv = dev(rng.normal(size=(S, 8, snap.conv_dim)), jnp.float32)
+      dv = dev(rng.normal(size=(S, 8, snap.nheads)), jnp.float32)
       ys, s = m.verify(snap, p, s, xv, dv, rows, backend=self.backend)
       yc, c = m.verify(comp, p, c, xv, dv, rows, backend=self.backend)
       assert_bitwise(ys, yc, f"y of verify {step}")
@@ -209,7 +209,7 @@ def test_packed_mixer_and_sharding():
   rng = np.random.default_rng(4)
   lengths = [21, 3]
   cu = np.array([0, 21, 24], np.int32)
-  hidden = jnp.asarray(rng.normal(size=(24, cfg.d_model)), jnp.float32)
+  hidden = dev(rng.normal(size=(24, cfg.d_model)), jnp.float32)
   out, packed = m.mixer(cfg, p, m.init_state(ssm, 2, jnp.float32), hidden, 0, cu_seqlens=cu,
                         backend="interpret")
   sep = m.init_state(ssm, 2, jnp.float32)

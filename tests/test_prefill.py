@@ -10,7 +10,7 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch, reference
 from m2v_jax.kernels import chunk_scan as pk
-from tests.helpers import (PRECISION_BOUND, Pair, check_chunked_pool, assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
+from tests.helpers import (dev, PRECISION_BOUND, Pair, check_chunked_pool, assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
                            random_state, small_cfg)
 
 
@@ -30,8 +30,8 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   slots = pk.slot_table(plan, i32([0, 45, 75]), i32([40, 30, 0]), i32([45, 30, 9]),
                         i32([*rb, 0]))
   rng = np.random.default_rng(3)
-  xr = jnp.asarray(rng.normal(size=(plan.conv_T, cfg.conv_dim)), jnp.float32)
-  dtr = jnp.asarray(rng.uniform(0, 1, size=(plan.conv_T, cfg.nheads)), jnp.float32)
+  xr = dev(rng.normal(size=(plan.conv_T, cfg.conv_dim)), jnp.float32)
+  dtr = dev(rng.uniform(0, 1, size=(plan.conv_T, cfg.nheads)), jnp.float32)
   p = m.random_params(cfg, 3)
   ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
   _, y = pk.chunk_scan(plan, slots, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
@@ -80,9 +80,9 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   cfg = small_cfg()
   B, R, L = 2, Rb + 8, 16
   rng = np.random.default_rng(Rb)
-  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
-  dt = jnp.asarray(rng.normal(size=(B, R, cfg.nheads)), dtype)
-  conv0 = jnp.asarray(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
+  xbc = dev(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
+  dt = dev(rng.normal(size=(B, R, cfg.nheads)), dtype)
+  conv0 = dev(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
   p = m.random_params(cfg, Rb)
   plan = pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=False, y_dtype=dtype, interpret=True,
                       tiles=m.ChunkTiles(chunk=L, conv_rows=conv_rows, conv_cols=32),

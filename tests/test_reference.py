@@ -8,7 +8,7 @@ import pytest
 import m2v_jax as m
 from m2v_jax import reference, reference_ssd, status
 from m2v_jax.kernels import rowmath
-from tests.helpers import (assert_bitwise, assert_close, inputs, np_rows, random_state,
+from tests.helpers import (dev, assert_bitwise, assert_close, inputs, np_rows, random_state,
                            small_cfg, spec_error)
 
 
@@ -63,8 +63,8 @@ def test_rows_match_float64_transcription(ngroups, use_z):
   args = inputs(cfg, 2, 6, rng=rng, z=use_z)
   xbc, dt = args[:2]
   z = args[2] if use_z else None
-  ssm0 = jnp.asarray(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
-  conv0 = jnp.asarray(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
+  ssm0 = dev(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
+  conv0 = dev(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
   y, s, c = reference.rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=6)
   y64, s64, c64 = np_rows(cfg, p, ssm0, conv0, xbc, dt, z)
   assert_close(y, y64, 1e-5, "y")
@@ -80,8 +80,8 @@ def test_conv_output_is_rounded_to_the_activation_dtype():
   cfg = small_cfg()
   p = m.random_params(cfg, 6)
   rng = np.random.default_rng(6)
-  xbc = jnp.asarray(rng.normal(size=(2, 12, cfg.conv_dim)), jnp.bfloat16)
-  conv0 = jnp.asarray(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.bfloat16)
+  xbc = dev(rng.normal(size=(2, 12, cfg.conv_dim)), jnp.bfloat16)
+  conv0 = dev(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.bfloat16)
   conv = lambda c, x: reference.conv_prefill(cfg, p, c, x)[0]
   for post in (conv(conv0, xbc), jax.jit(conv)(conv0, xbc)):
     assert_bitwise(post, post.astype(jnp.bfloat16).astype(jnp.float32), "bfloat16 values")
@@ -137,7 +137,7 @@ def test_compact_matches_snapshot_bitwise(R, W):
     yc, c = reference.compact_call(comp, p, c, status.call_args(xbc, dt, rows))
     assert_bitwise(ys, yc, f"y R={n}")
     assert np.all(np.asarray(c.pending) == min(n, W))
-    rows = jnp.asarray(rng.integers(0, min(n, W), B), jnp.int32)
+    rows = dev(rng.integers(0, min(n, W), B), jnp.int32)
     fold = status.call_args(None, None, rows)
     for a, b in zip(reference.committed_state(snap, p, s, fold),
                     reference.committed_state(comp, p, c, fold)):
@@ -149,8 +149,8 @@ def test_chunked_ssd_matches_serial():
   p = m.random_params(cfg, 4)
   rng = np.random.default_rng(9)
   xbc, dt, z = inputs(cfg, 2, 45, rng=rng, z=True)
-  ssm0 = jnp.asarray(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
-  conv0 = jnp.asarray(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
+  ssm0 = dev(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
+  conv0 = dev(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
   y, s, c = reference.rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=1)
   for chunk in (8, 16, 64):
     yc, sc, cc = reference_ssd.ssd_chunked(cfg, p, ssm0, conv0, xbc, dt, z, chunk=chunk)
