@@ -43,19 +43,26 @@ def make_step1(B, E, H=128, P=64, N=128, G=8, R=8, KT=8):
     plgpu.copy_gmem_to_smem(c_ref.at[b, g], c_smem, bar.at[4])
     for i in range(5):
       plgpu.barrier_wait(bar.at[i])
-    if V in ("full", "noy"):
+    if V in ("full", "noy", "scoped"):
       s0 = plgpu.load(s_smem, layout=plgpu.Layout.WGMMA)
       acc0 = s0 * a
 
       def fold(acc):
         plgpu.wgmma(acc, xh_smem, bt_smem.T)
         plgpu.wgmma(acc, xl_smem, bt_smem.T)
-      s1 = pl.run_state(fold)(plgpu.ACC.init(acc0))
+
+      def fold_scoped(acc):
+        fold(acc)
+        return acc[...]
+      if V == "scoped":          # the form Mosaic GPU's interpreter runs: product, then the add
+        s1 = acc0 + pl.run_scoped(fold_scoped, plgpu.ACC((P, N), f32))
+      else:
+        s1 = pl.run_state(fold)(plgpu.ACC.init(acc0))
       s_smem[...] = s1
       lo_smem[...] = tf32_tail(s1)
       plgpu.commit_smem()
     plgpu.copy_smem_to_gmem(s_smem, pool_ref.at[e, h])
-    if V in ("full", "nofold"):
+    if V in ("full", "nofold", "scoped"):
       def yprod(acc):
         plgpu.wgmma(acc, s_smem, c_smem.T)
         plgpu.wgmma(acc, lo_smem, c_smem.T)
