@@ -363,10 +363,11 @@ def make_ws(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=132, ns=4):
         s_ref, xh, xl, bt, cc = (r.at[slot] for r in (s_smem, xh_smem, xl_smem, bt_smem, c_smem))
         s0 = plgpu.load(s_ref, layout=plgpu.Layout.WGMMA)
 
-        def fold(acc):
+        def fold(acc):                   # a scoped accumulator: the interpreter runs it
           plgpu.wgmma(acc, xh, bt.T)
           plgpu.wgmma(acc, xl, bt.T)
-        s1 = pl.run_state(fold)(plgpu.ACC.init(s0 * a_ref[b, h]))
+          return acc[...]
+        s1 = s0 * a_ref[b, h] + pl.run_scoped(fold, plgpu.ACC((P, N), f32))
         s_ref[...] = s1
         plgpu.commit_smem()
         plgpu.copy_smem_to_gmem(s_ref, pool_ref.at[e, h], commit_group=False)
@@ -386,7 +387,7 @@ def make_ws(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=132, ns=4):
         plgpu.copy_smem_to_gmem(ys, y_ref.at[b, h], commit_group=False)
         plgpu.commit_smem_to_gmem_group()
         plgpu.wait_smem_to_gmem(0, wait_read_only=True)
-        plgpu.barrier_arrive(free.at[slot])
+        pl.when(k + ns < count)(lambda: plgpu.barrier_arrive(free.at[slot]))  # if refilled
 
   st = lambda shape, t: plgpu.SMEM((ns,) + shape, f32, transforms=t)
   kern = plgpu.kernel(
@@ -452,6 +453,8 @@ def operands(xw, bt, c):
     return (jnp.asarray(pad(xw, 3)), jnp.asarray(pad(bw, 2), jnp.bfloat16),
             jnp.asarray(c, jnp.bfloat16))
   xl = np.asarray(tf32_tail(jnp.asarray(xw)))
+  if os.environ.get("MG_VARIANT", "full").startswith("ws"):
+    return tuple(map(jnp.asarray, (xw - xl, xl, bt, c)))   # an explicit TF32 head
   return tuple(map(jnp.asarray, (xw, xl, bt, c)))
 
 
