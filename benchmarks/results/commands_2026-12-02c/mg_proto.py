@@ -372,14 +372,16 @@ def make_ws(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=132, ns=4):
         plgpu.commit_smem()
         plgpu.copy_smem_to_gmem(s_ref, pool_ref.at[e, h], commit_group=False)
 
-        def yprod(acc):
-          plgpu.wgmma(acc, s_ref, cc.T)
+        def yprod(acc):                  # explicit TF32 head and tail, 64 columns at a time
           for q in range(2):
             cols = pl.ds(q * half, half)
-            lo[...] = tf32_tail(s_ref[:, cols])
-            plgpu.commit_smem()
-            plgpu.wgmma(acc, lo, cc.at[:, cols].T)
-            plgpu.wgmma_wait(0)
+            for part in range(2):
+              v = s_ref[:, cols]
+              tail = tf32_tail(v)
+              lo[...] = tail if part else v - tail
+              plgpu.commit_smem()
+              plgpu.wgmma(acc, lo, cc.at[:, cols].T)
+              plgpu.wgmma_wait(0)
           return acc[...]
         y = pl.run_scoped(yprod, plgpu.ACC((P, R), f32))
         ys[...] = y
@@ -399,7 +401,8 @@ def make_ws(B, E, H=128, P=64, N=128, G=8, R=8, KT=8, ctas=132, ns=4):
                      plgpu.Barrier(num_barriers=ns * NB),
                      plgpu.Barrier(num_arrivals=1, num_barriers=ns)],
       grid=(ctas,), grid_names=("c",), num_threads=3, thread_name="wg",
-      kernel_name="mgpu_proto_ws")
+      kernel_name="mgpu_proto_ws",
+      **({"interpret": plgpu.InterpretGPUParams()} if INTERPRET else {}))
 
   def call(idx, a, pool, xh, xl, bt, c):
     ref = jax.new_ref(pool)
