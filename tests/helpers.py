@@ -20,12 +20,10 @@ E, B = 16, 5
 
 
 def dev(x, dtype):
-  """A device array of host values in `dtype`, converted on the host (as JAX would: through
-  float32) so that no conversion program is compiled for each shape."""
-  x = np.asarray(x)
-  if np.issubdtype(x.dtype, np.floating):
-    x = x.astype(np.float32)
-  return jnp.asarray(x.astype(dtype))
+  """Host values as a device array in `dtype`, converted by numpy and placed with
+  `device_put`: the values `jnp.asarray(x, dtype)` gives, without compiling a program for
+  each shape."""
+  return jax.device_put(np.asarray(x).astype(dtype))
 
 
 def small_cfg(ngroups=2, capacity=8, mode="snapshot", headdim=8, dstate=16,
@@ -57,7 +55,7 @@ def random_state(cfg, E, dtype=jnp.float32, rng=None, conv_dtype=None):
     if name in ("ssm", "conv"):
       leaves.append(dev(rng.normal(size=s.shape), s.dtype))
     else:
-      leaves.append(jnp.asarray(np.zeros(s.shape, s.dtype)))
+      leaves.append(jax.device_put(np.zeros(s.shape, s.dtype)))
   return type(shapes)(*leaves)
 
 
