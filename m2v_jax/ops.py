@@ -136,12 +136,10 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
                                                state_row, z, cache_indices)
   checks.backend(cfg, backend)
   entries_checked = checks.entries_checked(cache_indices)
+  args = status.CallArgs(xbc, dt, state_row, z, cache_indices, None)   # defaults: in dispatch
   if backend == config_lib.REFERENCE:
-    args = status.call_args(None, None, state_row, None, cache_indices)._replace(
-        xbc=xbc, dt=dt, z=z)
     return dispatch.packed_reference(cfg, params, state, args, cu, entries_checked)
   dispatch.check_packed(cfg, backend)
-  args = status.CallArgs(xbc, dt, state_row, z, cache_indices, None)
   return dispatch.packed(params, state, args, jnp.asarray(cu, jnp.int32), cfg=cfg,
                          backend=backend, chunk_tiles=chunk_tiles,
                          entries_checked=entries_checked)
