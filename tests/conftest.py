@@ -52,6 +52,33 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 ON_GPU = jax.default_backend() == "gpu"
 
 
+def _map_budget():
+  """Half the kernel's per-process limit on memory mappings (vm.max_map_count), or None."""
+  try:
+    with open("/proc/sys/vm/max_map_count") as f:
+      return int(f.read()) // 2
+  except (OSError, ValueError):
+    return None
+
+
+_MAP_BUDGET = _map_budget()
+
+
+@pytest.fixture(autouse=True)
+def _bound_live_executables():
+  """Drops JAX's compiled executables once the process holds half its mappings' limit.
+
+  XLA:CPU maps each loaded executable's code and data separately (about 12 mappings per
+  interpret-mode program), and JAX's caches keep them all alive: ~150 interpret-mode tests in
+  one worker reach Linux's default limit of 65,530 and XLA:CPU crashes on its next mmap."""
+  yield
+  if _MAP_BUDGET is not None:
+    with open("/proc/self/maps") as f:
+      if sum(1 for _ in f) > _MAP_BUDGET:
+        jax.clear_caches()
+        gc.collect()
+
+
 GPU_SKIP_REASON = "needs a CUDA GPU (compiled Pallas Triton kernels)"
 
 
