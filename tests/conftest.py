@@ -66,11 +66,12 @@ _MAP_BUDGET = _map_budget()
 
 @pytest.fixture(autouse=True)
 def _bound_live_executables():
-  """Drops JAX's compiled executables once the process holds half its mappings' limit.
+  """Clears JAX's in-memory caches after a test once the process holds half its mappings' limit.
 
   XLA:CPU maps each loaded executable's code and data separately (about 12 mappings per
   interpret-mode program), and JAX's caches keep them all alive: ~150 interpret-mode tests in
-  one worker reach Linux's default limit of 65,530 and XLA:CPU crashes on its next mmap."""
+  one worker reach Linux's default limit of 65,530 and XLA:CPU crashes on its next mmap. Later
+  compiles of the same programs read the persistent cache."""
   yield
   if _MAP_BUDGET is not None:
     with open("/proc/self/maps") as f:
