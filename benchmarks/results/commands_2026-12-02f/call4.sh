@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 12, call 3: compiled Mosaic tests (two CTAs: several items per CTA), then the
+# Session 12, call 4: compiled Mosaic tests (two CTAs: several items per CTA), then the
 # compile probe (B=8 N=4 finished?), then the sweep at B=8/32 compact.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
