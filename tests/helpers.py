@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
+from m2v_jax import reference, reference_ssd
 
 
 # The Hugging Face Mamba2ForCausalLM fixture (tools/make_hf_fixtures.py).
@@ -18,6 +19,19 @@ HF_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
 # Pool entries and batch of the pool drivers.
 E, B = 16, 5
 
+
+def _whole(fn, *static):
+  return jax.jit(fn, static_argnums=0, static_argnames=static)
+
+
+# The reference's entry points as one program each per cfg and shapes: called eagerly, each of
+# their few hundred operations compiles on its own.
+ref_rows = _whole(reference.rows, "keep")
+ref_snapshot_call = _whole(reference.snapshot_call)
+ref_compact_call = _whole(reference.compact_call)
+ref_committed_state = _whole(reference.committed_state)
+ref_conv_prefill = _whole(reference.conv_prefill)
+ref_ssd_chunked = _whole(reference_ssd.ssd_chunked, "chunk", "precision")
 
 def dev(x, dtype):
   """Host values as a device array in `dtype`, converted by numpy and placed with

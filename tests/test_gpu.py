@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference, status
+from m2v_jax import status
 from m2v_jax.kernels import backend, rowmath
-from tests.helpers import (PRECISION_BOUND, SHARDED_VARIANTS, Pair, PoolPair, check_chunked_pool,
-                           check_nan_isolation, check_reused_entry, check_sharded_mixer,
-                           check_sharded_verify, assert_bitwise, assert_close, copy_state, inputs, np_rows,
-                           random_state, spec_error)
+from tests.helpers import (assert_bitwise, assert_close, check_chunked_pool, check_nan_isolation,
+                           check_reused_entry, check_sharded_mixer, check_sharded_verify,
+                           copy_state, inputs, np_rows, Pair, PoolPair, PRECISION_BOUND,
+                           random_state, ref_snapshot_call, SHARDED_VARIANTS, spec_error)
 
 pytestmark = pytest.mark.gpu
 BOLT = m.BOLT
@@ -93,7 +93,7 @@ def test_bolt_snapshot_matches_reference(R):
   state = random_state(BOLT, 2, rng=rng)
   rows = np.array([3, 7], np.int32)
   xbc, dt = inputs(BOLT, 2, R, rng=rng)
-  y_ref, want = reference.snapshot_call(BOLT, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
+  y_ref, want = ref_snapshot_call(BOLT, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
                                         status.call_args(xbc, dt, rows))
   fn = m.verify if R <= 8 else m.prefill
   y, got = fn(BOLT, p, state, xbc, dt, rows, backend="pallas")

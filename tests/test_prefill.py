@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import dispatch, reference
+from m2v_jax import dispatch
 from m2v_jax.kernels import chunk_scan as pk
-from tests.helpers import (dev, PRECISION_BOUND, Pair, check_chunked_pool, assert_bitwise, assert_close, assert_states_close, copy_state, inputs,
-                           random_state, small_cfg)
+from tests.helpers import (assert_bitwise, assert_close, assert_states_close, check_chunked_pool,
+                           copy_state, dev, inputs, Pair, PRECISION_BOUND, random_state,
+                           ref_conv_prefill, small_cfg)
 
 
 def test_chunk_out_fills_rows_of_sequences_not_run():
@@ -95,7 +96,7 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   post, dtp, conv_end = dispatch.body_inputs(plan, slots, i32([1, 1, 0]), p, conv0,
                                              xbc.reshape(B * R, -1), dt.reshape(B * R, -1),
                                              base, rb)
-  want, want_end = reference.conv_prefill(cfg, p, conv0, xbc[:, :Rb])
+  want, want_end = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
   assert post.dtype == dtype                      # rounded to the activations: stored so
   per = -(-Rb // L)                               # slots of each body

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference, reference_ssd, status
+from m2v_jax import reference, status
 from m2v_jax.kernels import rowmath
-from tests.helpers import (dev, assert_bitwise, assert_close, inputs, np_rows, random_state,
-                           small_cfg, spec_error)
+from tests.helpers import (assert_bitwise, assert_close, dev, inputs, np_rows, random_state,
+                           ref_committed_state, ref_compact_call, ref_rows, ref_snapshot_call,
+                           ref_ssd_chunked, small_cfg, spec_error)
 
 
 def test_bf16_parts_are_exact_and_their_products_float32_accurate():
@@ -65,7 +66,7 @@ def test_rows_match_float64_transcription(ngroups, use_z):
   z = args[2] if use_z else None
   ssm0 = dev(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
   conv0 = dev(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
-  y, s, c = reference.rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=6)
+  y, s, c = ref_rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=6)
   y64, s64, c64 = np_rows(cfg, p, ssm0, conv0, xbc, dt, z)
   assert_close(y, y64, 1e-5, "y")
   assert_close(s, s64, 1e-5, "states")
@@ -109,7 +110,7 @@ def test_snapshot_slots(R, S):
   rows = np.array([S - 1, 0], np.int32)
   xbc, dt = inputs(cfg, B, R, rng=rng)
   before = [np.asarray(a) for a in state]
-  y, new = reference.snapshot_call(cfg, p, state, status.call_args(xbc, dt, rows))
+  y, new = ref_snapshot_call(cfg, p, state, status.call_args(xbc, dt, rows))
   y64, s64, c64 = np_rows(cfg, p, before[0][np.arange(B), rows], before[1][np.arange(B), rows],
                           xbc, dt)
   assert_close(y, y64, 1e-5, "y")
@@ -133,14 +134,14 @@ def test_compact_matches_snapshot_bitwise(R, W):
   for n in (R, 8, 3, R, 1):
     n = min(n, W) if n != R else R
     xbc, dt = inputs(snap, B, n, rng=rng)
-    ys, s = reference.snapshot_call(snap, p, s, status.call_args(xbc, dt, rows))
-    yc, c = reference.compact_call(comp, p, c, status.call_args(xbc, dt, rows))
+    ys, s = ref_snapshot_call(snap, p, s, status.call_args(xbc, dt, rows))
+    yc, c = ref_compact_call(comp, p, c, status.call_args(xbc, dt, rows))
     assert_bitwise(ys, yc, f"y R={n}")
     assert np.all(np.asarray(c.pending) == min(n, W))
     rows = dev(rng.integers(0, min(n, W), B), jnp.int32)
     fold = status.call_args(None, None, rows)
-    for a, b in zip(reference.committed_state(snap, p, s, fold),
-                    reference.committed_state(comp, p, c, fold)):
+    for a, b in zip(ref_committed_state(snap, p, s, fold),
+                    ref_committed_state(comp, p, c, fold)):
       assert_bitwise(a, b, f"committed R={n}")
 
 
@@ -151,9 +152,9 @@ def test_chunked_ssd_matches_serial():
   xbc, dt, z = inputs(cfg, 2, 45, rng=rng, z=True)
   ssm0 = dev(rng.normal(size=(2, 4, 8, 16)), jnp.float32)
   conv0 = dev(rng.normal(size=(2, cfg.conv_dim, 3)), jnp.float32)
-  y, s, c = reference.rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=1)
+  y, s, c = ref_rows(cfg, p, ssm0, conv0, xbc, dt, z, keep=1)
   for chunk in (8, 16, 64):
-    yc, sc, cc = reference_ssd.ssd_chunked(cfg, p, ssm0, conv0, xbc, dt, z, chunk=chunk)
+    yc, sc, cc = ref_ssd_chunked(cfg, p, ssm0, conv0, xbc, dt, z, chunk=chunk)
     assert_close(yc, y, 1e-5, f"y chunk={chunk}")
     assert_close(sc, s[:, 0], 1e-5, f"state chunk={chunk}")
     assert_bitwise(cc, c[:, 0], "conv")
@@ -192,7 +193,7 @@ def test_dual_form_calls_match_the_float64_recurrence(R, capacity):
   state = random_state(cfg, 3, rng=np.random.default_rng(30))
   xbc, dt = inputs(cfg, 3, R, rng=np.random.default_rng(31))
   rows = jnp.asarray([0, 1, capacity - 1], jnp.int32)
-  y, new = reference.snapshot_call(cfg, p, state, status.call_args(xbc, dt, rows))
+  y, new = ref_snapshot_call(cfg, p, state, status.call_args(xbc, dt, rows))
   b = np.arange(3)
   y64, s64, _ = np_rows(cfg, p, state.ssm[b, rows], state.conv[b, rows], xbc, dt)
   keep = min(R, capacity)

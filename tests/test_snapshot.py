@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import reference, status
+from m2v_jax import status
 from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
-                           random_state, spec_error,
-                           small_cfg)
+                           random_state, ref_conv_prefill, ref_snapshot_call, small_cfg,
+                           spec_error)
 
 
 def call(cfg, p, state, xbc, dt, rows, backend, **kw):
@@ -214,7 +214,7 @@ class SnapshotChecks:
     rows = np.array([2, S - 1, 0], np.int32)
     xbc, dt = inputs(cfg, B, R, rng=rng)
     before = copy_state(state)
-    y_ref, want = reference.snapshot_call(
+    y_ref, want = ref_snapshot_call(
         cfg, p, m.SnapshotState(*map(jnp.asarray, before)), status.call_args(xbc, dt, rows))
     y, got = call(cfg, p, state, xbc, dt, rows, self.backend)
     assert_close(y, y_ref, 1e-5, "y")
@@ -233,7 +233,7 @@ class SnapshotChecks:
     state = random_state(cfg, 2, dtype, rng=rng, conv_dtype=conv_dtype)
     xbc, dt, z = inputs(cfg, 2, 8, dtype, rng=rng, z=True)
     rows = np.array([3, 0], np.int32)
-    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
+    y_ref, want = ref_snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
                                           status.call_args(xbc, dt, rows, z))
     y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
     assert y.dtype == dtype
@@ -254,7 +254,7 @@ class SnapshotChecks:
     xr = verify_conv.conv(plan, p, state,
                           status.call_args(xbc, dt, jnp.zeros(2, jnp.int32)))["xr_ref"]
     assert xr.dtype == jnp.bfloat16 and xr.shape == (2, plan.KT, cfg.conv_dim)
-    want, _ = reference.conv_prefill(cfg, p, state.conv[:, 0], xbc)
+    want, _ = ref_conv_prefill(cfg, p, state.conv[:, 0], xbc)
     assert_bitwise(xr[:, :4], want.astype(jnp.bfloat16), "post-conv rows")
     assert not np.any(np.asarray(xr[:, 4:], np.float32)), "rows past the call"
 
@@ -265,7 +265,7 @@ class SnapshotChecks:
     state = random_state(cfg, 2, rng=rng)
     xbc, dt, z = inputs(cfg, 2, 4, rng=rng, z=True)
     rows = np.array([1, 5], np.int32)
-    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
+    y_ref, want = ref_snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, copy_state(state))),
                                           status.call_args(xbc, dt, rows, z))
     y, got = m.verify(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend)
     assert_close(y, y_ref, 1e-5, "y")
@@ -346,7 +346,7 @@ class SnapshotChecks:
     xbc, dt = inputs(cfg, B, 5, rng=rng)
     rows = jnp.asarray([-1, 8, 3, 1000], jnp.int32)           # device array: no host check
     args = status.call_args(xbc, dt, jnp.asarray([0, 0, 3, 0], jnp.int32))
-    y_ref, want = reference.snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)), args)
+    y_ref, want = ref_snapshot_call(cfg, p, m.SnapshotState(*map(jnp.asarray, before)), args)
     y, got = m.verify(cfg, p, state, xbc, dt, rows, backend=self.backend)
     y = np.asarray(y)
     for b in (0, 1, 3):

@@ -88,6 +88,16 @@ def barrier(interpret: bool) -> None:
     plt.debug_barrier()
 
 
+def static_loop(n: int, body, interpret: bool) -> None:
+  """`body(i)` for i < n: unrolled where compiled (static indices), a `fori_loop` interpreted,
+  where an unrolled loop makes XLA:CPU compile each copy."""
+  if interpret:
+    lax.fori_loop(0, n, lambda i, c: (body(i), c)[1], 0)
+  else:
+    for i in range(n):
+      body(i)
+
+
 def fma(interpret: bool):
   """The state update's `fma(a, b, c) = a * b + c`: one `fma.rn.f32` by inline PTX compiled (the
   Triton lowering has no fused multiply-add), `rowmath.unfused` in interpret mode.

@@ -89,8 +89,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         win.append(jnp.where(q < K1, old, raw))
     else:
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
-    # All loads before the barrier (one round trip); the window is read before it is overwritten.
-    raws = [xbc_ref[b, i, cs] for i in range(R)] if R and R <= cap else None
+    # Compiled, all loads before the barrier (one round trip; the window is read before it is
+    # overwritten); interpreted, the rows run in a fori_loop: a smaller program to compile.
+    raws = [xbc_ref[b, i, cs] for i in range(R)] if R and R <= cap and triton else None
     backend.barrier(plan.interpret)
 
     def store_conv(window, *slot):
@@ -156,7 +157,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
               wdt_out_ref[e, ring(i), hs] = dtp
             kept(i, store_window)
 
-        if R <= cap:
+        if R <= cap and triton:
           raws = [dt_ref[b, i, hs] for i in range(R)]
           for i in range(R):
             row_dt(i, raws[i])

@@ -98,11 +98,14 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, KT), 1)
-    for t in range(L):
+
+    def store_row(t):
       yt = jnp.sum(jnp.where(cols == t, y, 0.0), axis=1)
       if plan.has_z:
         yt = rowmath.gate(yt, z_ref[b, t0 + t, xcols].astype(f32))
       y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
+
+    backend.static_loop(L, store_row, plan.interpret)
 
   def new_rows(S, t0, L, store):
     """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead."""
