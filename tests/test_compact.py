@@ -87,20 +87,20 @@ class CompactChecks:
 
   @pytest.mark.parametrize("capacity", [8, 16])
   def test_row_counts_and_capacities(self, capacity):
-    pair = Pair(self.backend, capacity=capacity, seed=capacity, B=2)
+    pair = Pair(self.backend, capacity=capacity, seed=capacity)
     for R in (1, 5, 7, 8, 9, 12, 16, 37):
       pair.call(R)
       pair.accept(pair.random_rows())
 
   def test_reset_replays_identically(self):
     """Two passes over the same calls with a full reset between them give the same results."""
-    pair = Pair(self.backend, seed=3, B=2)
-    plan = [(8, None), (8, [3, 6]), (37, [7, 0]), (4, [7, 7]), (8, [1, 2])]
+    pair = Pair(self.backend, seed=3)
+    plan = [(8, None), (8, [3, 6, 0]), (37, [7, 0, 5]), (4, [7, 7, 2]), (8, [1, 2, 3])]
     rng = np.random.default_rng(30)
-    data = [inputs(pair.snap, 2, R, rng=rng) for R, _ in plan]
+    data = [inputs(pair.snap, 3, R, rng=rng) for R, _ in plan]
 
     def run(state, cfg):
-      ys, rows = [], np.zeros(2, np.int32)
+      ys, rows = [], np.zeros(3, np.int32)
       for (R, r), (xbc, dt) in zip(plan, data):
         rows = rows if r is None else np.asarray(r, np.int32)
         fn = m.verify if R <= cfg.capacity else m.prefill
@@ -124,7 +124,7 @@ class CompactChecks:
     cfg = small_cfg(mode="compact", window=window)
     p = m.random_params(cfg, 4)
     rng = np.random.default_rng(4)
-    B = 2
+    B = 3
     k = m.init_state(cfg, B, jnp.float32)
     r = m.init_state(cfg, B, jnp.float32)
     rows = np.zeros(B, np.int32)
