@@ -18,7 +18,7 @@ EXTRAS="${M2V_EXTRAS:-test}"
 STAMP=".venv/.m2v-installed"
 WANT="$(cat pyproject.toml | sha256sum | cut -c1-16) $EXTRAS"
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
-  "$PY" -m pip install -q --upgrade pip >/dev/null
-  "$PY" -m pip install -q -e ".[${EXTRAS}]"
+  # --no-compile: Python compiles only the modules it imports, when it imports them.
+  "$PY" -m pip install -q --no-compile -e ".[${EXTRAS}]"
   echo "$WANT" > "$STAMP"
 fi

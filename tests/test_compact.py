@@ -1,5 +1,6 @@
 """Compact replay mode: bitwise parity with snapshot mode, hand-offs, resets, bad selectors."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -221,6 +222,7 @@ class CompactChecks:
     import dataclasses
     base = m.tile_config(small_cfg())
     tiles = dataclasses.replace(base, **variant)
+    call = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
     out = {}
     for mode in ("snapshot", "compact"):
       cfg = small_cfg(mode=mode)
@@ -229,9 +231,9 @@ class CompactChecks:
         state = m.init_state(cfg, 2, jnp.float32)
         ci, nr = jnp.arange(2, dtype=jnp.int32), jnp.asarray([8, 5], jnp.int32)
         data = [inputs(cfg, 2, 8, rng=np.random.default_rng(80 + k)) for k in range(2)]
-        _, state = dispatch.kernel_call(cfg, self.backend, p, state, status.call_args(
+        _, state = call(cfg, self.backend, p, state, status.call_args(
             *data[0], jnp.zeros(2, jnp.int32), None, ci, nr), t)
-        y, state = dispatch.kernel_call(cfg, self.backend, p, state, status.call_args(
+        y, state = call(cfg, self.backend, p, state, status.call_args(
             *data[1], jnp.asarray([6, 3], jnp.int32), None, ci, jnp.asarray([7, 8], jnp.int32)),
             t)
         committed = m.committed_state(cfg, p, state, np.array([4, 2], np.int32),

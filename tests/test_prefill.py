@@ -184,12 +184,13 @@ class PrefillChecks:
   @pytest.mark.parametrize("ngroups,tiles,heads", [
       (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2, state_stages=2,
                        out_heads=2, out_stages=2), (2, 2)),
-      (2, m.ChunkTiles(chunk=16, block_p=1, state_heads=4, out_heads=1, out_warps=8), (2, 1)),
+      (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
+                       out_rows=16), (2, 1)),
       (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4), (1, 4))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-    3 chunks of 16. The small grid would make the plan drop to one head a program: the
+    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows. The small grid would make the plan drop to one head a program: the
     program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)

@@ -53,9 +53,9 @@ class ChunkPlan:
     if self.chunk < self.cfg.d_conv - 1:
       raise ValueError(f"chunked prefill: chunk {self.chunk} below the conv state's "
                        f"{self.cfg.d_conv - 1} rows")
-    if not self.interpret and min(self.chunk, self.local_block_p) < 16:
-      raise ValueError(f"chunked prefill: compiled dots need chunk and local_block_p >= 16, "
-                       f"got {self.chunk}, {self.local_block_p}")
+    if not self.interpret and min(self.chunk, self.local_block_p, self.out_rows) < 16:
+      raise ValueError(f"chunked prefill: compiled dots need chunk, local_block_p and out_rows "
+                       f">= 16, got {self.chunk}, {self.local_block_p}, {self.out_rows}")
 
   @property
   def chunk(self) -> int:
@@ -105,6 +105,11 @@ class ChunkPlan:
   @property
   def out_heads(self) -> int:
     return self._heads(self.tiles.out_heads)
+
+  @property
+  def out_rows(self) -> int:
+    """Chunk rows per output and C·Bᵀ program, dividing the chunk."""
+    return min(self.tiles.out_rows, self.chunk)
 
   @property
   def conv_rows(self) -> int:
@@ -198,21 +203,23 @@ def _slot(seq_ref, row_ref, len_ref, L):
 
 def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, cb_ref,
                      plan: ChunkPlan):
-  """C·Bᵀ of each slot's rows, grid (G, body slots).
+  """C·Bᵀ of each slot's rows, out_rows rows of it per program, grid (G, body slots,
+  chunk / out_rows).
 
     xr_ref [conv_T, C] post-conv rows; cb_ref [body slots, G, L, L] f32
   """
   cfg = plan.cfg
-  N, G, HP, L = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk
-  g = pl.program_id(0)
+  N, G, HP, L, BM = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk, plan.out_rows
+  g, r0 = pl.program_id(0), pl.program_id(2) * BM
   i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
 
   @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
   def _run():
     bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
-    cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]
-    cb_ref[i, g, :, :] = backend.dot(cm, bm, trans_b=True, precision=plan.precision,
-                                     interpret=plan.interpret)
+    cm = xr_ref[pl.ds(i * L + r0, BM), pl.ds(HP + G * N + g * N, N)]   # [BM, N]
+    cb_ref[i, g, pl.ds(r0, BM), :] = backend.dot(cm, bm, trans_b=True,
+                                                 precision=plan.precision,
+                                                 interpret=plan.interpret)
 
 
 def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
@@ -289,7 +296,8 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_ref,
                       plan: ChunkPlan):
-  """y of every slot's rows, gated, grid (H / out_heads * P / local_block_p, slots).
+  """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
+  local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
     cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
     sequence not run and of its rows past n; xr_ref, dtr_ref as `_chunk_states_kernel`;
@@ -298,50 +306,68 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   """
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
-  HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads
-  i, s, rows, out_rows, live = _slot(seq_ref, row_ref, len_ref, L)
+  HP, L, BP, NH, BM = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads, plan.out_rows
+  i, s, _, _, _ = _slot(seq_ref, row_ref, len_ref, L)
+  m = pl.program_id(2)
+  r0 = m * BM
+  rows, out_rows = pl.ds(i * L + r0, BM), pl.ds(row_ref[i] + r0, BM)
+  t_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 0)
+  s_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 1)
+  lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]   # [BM, 1]
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
-  lv = live[:, None]
   dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
                                         interpret=plan.interpret, **kw)
-  run = (body_ref[i] > 0) & (valid_ref[s] > 0)
+  body = (body_ref[i] > 0) & (valid_ref[s] > 0)
+  has_rows = r0 < len_ref[i]
 
-  @pl.when(run)
+  @pl.when(body & has_rows)
   def _run():
-    cb = cb_ref[i, g, :, :]                                      # [L, L]
-    cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]              # [L, N]
-    t_idx = lax.broadcasted_iota(jnp.int32, (L, L), 0)
-    s_idx = lax.broadcasted_iota(jnp.int32, (L, L), 1)
-    causal = t_idx >= s_idx
+    cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]              # [BM, N]
+    col = lax.broadcasted_iota(jnp.int32, (L,), 0)
 
     def head(j, carry):
       h = h0 + j
+      a_h = -jnp.exp(alog_ref[h])
       xcols = pl.ds(h * P + pid_p * BP, BP)
-      x = xr_ref[rows, xcols].astype(f32)                        # [L, BP]
-      dtv = dtr_ref[rows, h]                                     # [L]
-      acum, _ = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
-      seg = jnp.where(causal, acum[:, None] - acum[None, :], 0.0)
-      w_ts = jnp.where(causal, jnp.exp(seg), 0.0) * dtv[None, :]
-      y = dot(cb * w_ts, x) + d_ref[h] * x
+      a_all = dtr_ref[pl.ds(i * L, L), h] * a_h                  # [L]
+
+      def rows_from(k0):                  # dt and acum (from the slot's first row) [BM]
+        dtv = dtr_ref[pl.ds(i * L + k0, BM), h]
+        return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
+
+      _, acum = rows_from(r0)
+
+      def column_block(k, acc):
+        k0 = k * BM
+        dtk, acum_k = rows_from(k0)
+        causal = r0 + t_idx >= k0 + s_idx
+        seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
+        w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
+        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]          # [BM, BM]
+        return acc + dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols])
+
+      acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
+      x = xr_ref[rows, xcols].astype(f32)                        # [BM, BP]
+      y = acc + d_ref[h] * x
       cst = dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
       y = y + jnp.exp(acum)[:, None] * cst
       if plan.has_z:
         y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
       y = y.astype(y_ref.dtype)
-      if plan.T < L:                                # no whole chunk fits in y
+      if plan.T < BM:                               # no whole block fits in y
         backend.store(y_ref.at[out_rows, xcols], y, lv)
         return carry
-      full = len_ref[i] == L                        # a whole chunk: no mask
+      full = len_ref[i] >= r0 + BM                  # a whole block: no mask
       pl.when(full)(lambda: y_ref.__setitem__((out_rows, xcols), y))
       pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, xcols], y, lv))
       return carry
 
     _for_heads(NH, head)
 
-  @pl.when(jnp.logical_not(run))
+  @pl.when(jnp.logical_not(body) & has_rows)
   def _fill():
-    tile = jnp.broadcast_to(fill_ref[s], (L, BP)).astype(y_ref.dtype)
+    tile = jnp.broadcast_to(fill_ref[s], (BM, BP)).astype(y_ref.dtype)
     for j in range(NH):
       backend.store(y_ref.at[out_rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
 
@@ -413,7 +439,7 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
       num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
-      outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb),
+      outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
       num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{cfg.replay_mode}")
   out = launch(
       _chunk_out_kernel,
@@ -421,7 +447,7 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
-      grid=(H // plan.out_heads * tiles_p, ns),
+      grid=(H // plan.out_heads * tiles_p, ns, L // plan.out_rows),
       num_warps=t.out_warps, num_stages=t.out_stages,
       name=f"m2v_chunk_out_{cfg.replay_mode}")
   return passed["ssm_out_ref"], out["y_ref"]

@@ -109,6 +109,8 @@ class ChunkTiles:
     state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
+    out_rows: chunk rows per output program (and per C·Bᵀ program), also the column blocks
+      of its causal sum.
     conv_rows, conv_cols, conv_warps: the body conv's block and warps.
 
   Raises:
@@ -129,6 +131,7 @@ class ChunkTiles:
   conv_rows: int = 32
   conv_cols: int = 256
   conv_warps: int = 4
+  out_rows: int = 64
 
   def __post_init__(self):
     for name in ("num_stages", "state_stages", "out_stages"):
@@ -136,19 +139,20 @@ class ChunkTiles:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
-                                "conv_rows", "conv_cols", "conv_warps"))
+                                "conv_rows", "conv_cols", "conv_warps", "out_rows"))
 
 
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
-_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128)
+_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states.
+    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states; the
+    # output kernel takes a whole chunk (out_rows 64 reloads each head's state per block).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
