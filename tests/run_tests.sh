@@ -3,4 +3,4 @@
 # Triton lowering for an H200, the example model. On a machine with a CUDA GPU the same
 # tests run the compiled kernels, plus the GPU-only tests.
 source "$(dirname "$0")/../.ci/venv.sh"
-"$PY" -m pytest -q -n "${M2V_TEST_WORKERS:-2}" --dist loadfile tests "$@"
+"$PY" -m pytest -q -n "${M2V_TEST_WORKERS:-2}" --dist worksteal tests "$@"
