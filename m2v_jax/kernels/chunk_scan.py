@@ -107,6 +107,12 @@ class ChunkPlan:
     return self._heads(self.tiles.out_heads)
 
   @property
+  def st_dtype(self):
+    """dtype of the chunks' starting states: bfloat16 where the output kernel's C·stᵀ product
+    takes them at "bf16" (rounded at the store instead of at the product: the same values)."""
+    return jnp.dtype(jnp.bfloat16 if self.precision == config_lib.BF16 else f32)
+
+  @property
   def out_rows(self) -> int:
     """Chunk rows per output and C·Bᵀ program, dividing the chunk."""
     return min(self.tiles.out_rows, self.chunk)
@@ -132,9 +138,10 @@ def scratch_bytes(plan: ChunkPlan) -> int:
   """Bytes of the chunked body's intermediate buffers, all sequences of the call."""
   cfg, ns, L = plan.cfg, plan.body_slots, plan.chunk
   H = cfg.nheads
+  states = ns * H * cfg.headdim * cfg.dstate
   return (plan.conv_T * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
-          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L
-                 + 2 * ns * H * cfg.headdim * cfg.dstate + ns * H))
+          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L + states + ns * H)
+          + plan.st_dtype.itemsize * states)
 
 
 class Slots(NamedTuple):
@@ -265,7 +272,8 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
     idx_ref, slot_ref, valid_ref, first_ref, count_ref [S+1] int32: entry, starting slot
       (snapshot), 1 if it runs, first body slot, body slots
     ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
-    st_ref [body slots, H, P, N] f32: each slot's starting state; not aliased to s_ref, so the
+    st_ref [body slots, H, P, N] `st_dtype`: each slot's starting state (bf16 where the output
+      kernel's products round it to bf16 anyway); not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
   """
   cfg = plan.cfg
@@ -282,7 +290,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 
     def chunk(c, st):
       own = s_ref[first + c, h, ps, :]
-      st_ref[first + c, h, ps, :] = st
+      st_ref[first + c, h, ps, :] = st.astype(st_ref.dtype)
       return dec_ref[first + c, h] * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
@@ -433,7 +441,7 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
       inputs=dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
                   count_ref=slots.count, dec_ref=own["dec_ref"], s_ref=own["s_ref"],
                   ssm_ref=ssm),
-      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype), st_ref=sds((nb, H, P, N), f32)),
+      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype), st_ref=sds((nb, H, P, N), plan.st_dtype)),
       aliases=dict(ssm_ref="ssm_out_ref"),
       grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
       num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
