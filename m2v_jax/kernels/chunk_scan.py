@@ -108,8 +108,7 @@ class ChunkPlan:
 
   @property
   def st_dtype(self):
-    """dtype of the chunks' starting states: bfloat16 where the output kernel's C·stᵀ product
-    takes them at "bf16" (rounded at the store instead of at the product: the same values)."""
+    """The chunks' starting states' dtype: bf16 where the output kernel's product rounds to it."""
     return jnp.dtype(jnp.bfloat16 if self.precision == config_lib.BF16 else f32)
 
   @property
@@ -321,7 +320,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   rows, out_rows = pl.ds(i * L + r0, BM), pl.ds(row_ref[i] + r0, BM)
   t_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 0)
   s_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 1)
-  lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]   # [BM, 1]
+  lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
   dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
@@ -340,7 +339,8 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
       xcols = pl.ds(h * P + pid_p * BP, BP)
       a_all = dtr_ref[pl.ds(i * L, L), h] * a_h                  # [L]
 
-      def rows_from(k0):                  # dt and acum (from the slot's first row) [BM]
+      def rows_from(k0):
+        """dt and acum (from the slot's first row) [BM] of the block at row k0."""
         dtv = dtr_ref[pl.ds(i * L + k0, BM), h]
         return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
 
@@ -352,11 +352,11 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
         causal = r0 + t_idx >= k0 + s_idx
         seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
         w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
-        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]          # [BM, BM]
+        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]
         return acc + dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols])
 
       acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
-      x = xr_ref[rows, xcols].astype(f32)                        # [BM, BP]
+      x = xr_ref[rows, xcols].astype(f32)
       y = acc + d_ref[h] * x
       cst = dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
       y = y + jnp.exp(acum)[:, None] * cst

@@ -109,8 +109,7 @@ class ChunkTiles:
     state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
-    out_rows: chunk rows per output program (and per C·Bᵀ program), also the column blocks
-      of its causal sum.
+    out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps.
 
   Raises:
@@ -151,8 +150,7 @@ _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_r
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks fit the registers and halve the chunk states; output
-    # programs of 64 rows (each reloads its head's bf16 starting state).
+    # Bolt, bf16 products: 128-row chunks, output programs of 64 rows.
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
