@@ -186,11 +186,12 @@ class PrefillChecks:
                        out_heads=2, out_stages=2), (2, 2)),
       (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
                        out_rows=16), (2, 1)),
-      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4), (1, 4))])
+      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows. The small grid would make the plan drop to one head a program: the
+    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; chunk states and passing
+    fused, against the two kernels too. The small grid would make the plan drop to one head a program: the
     program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
@@ -203,13 +204,22 @@ class PrefillChecks:
     state = random_state(cfg, B, rng=rng)
     rows = np.array([2, 6], np.int32)
     xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+    start = copy_state(state)
+    ref_state = type(state)(*map(jnp.asarray, start))
     y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
     y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True,
                        chunk_tiles=tiles)
     assert_close(y, y_ref, 1e-5, "y")
     assert_close(got.ssm, want.ssm, 1e-5, "ssm")
     assert_close(got.conv, want.conv, 1e-6, "conv")
+    if tiles.fused_pass:             # the same products and sums as the two kernels
+      apart = dataclasses.replace(tiles, fused_pass=0)
+      y2, two = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
+                          backend=self.backend, chunked=True, chunk_tiles=apart)
+      same = assert_bitwise if self.backend == "interpret" else (
+          lambda a, b_, what: assert_close(a, b_, 1e-6, what))
+      same(y, y2, "y, fused against two kernels")
+      same(got.ssm, two.ssm, "ssm, fused against two kernels")
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""

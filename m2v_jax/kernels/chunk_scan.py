@@ -228,6 +228,18 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
                                                  interpret=plan.interpret)
 
 
+def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p):
+  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and exp(acum_L)."""
+  P, L, BP = plan.cfg.headdim, plan.chunk, plan.local_block_p
+  x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
+  dtv = dtr_ref[rows, h]                                         # [L]
+  acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+  w_s = jnp.exp(acum_l - acum) * dtv
+  own = backend.dot(x * w_s[:, None], bm, trans_a=True, precision=plan.precision,
+                    interpret=plan.interpret)
+  return own, jnp.exp(acum_l)
+
+
 def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
                          alog_ref, s_ref, dec_ref, plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
@@ -239,8 +251,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     dec_ref [body slots, H] f32         exp(acum_L)
   """
   cfg = plan.cfg
-  P, N = cfg.headdim, cfg.dstate
-  HP, L, BP, NH = cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
+  N, HP, L, BP, NH = cfg.dstate, cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
   i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
@@ -251,17 +262,45 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
 
     def head(j, carry):
       h = h0 + j
-      x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
-      dtv = dtr_ref[rows, h]                                     # [L]
-      acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
-      w_s = jnp.exp(acum_l - acum) * dtv                         # [L]
-      s_ref[i, h, pl.ds(pid_p * BP, BP), :] = backend.dot(
-          x * w_s[:, None], bm, trans_a=True, precision=plan.precision,
-          interpret=plan.interpret)
-      dec_ref[i, h] = jnp.exp(acum_l)
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p)
+      s_ref[i, h, pl.ds(pid_p * BP, BP), :] = own
+      dec_ref[i, h] = dec
       return carry
 
     _for_heads(NH, head)
+
+
+def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
+                              dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref,
+                              plan: ChunkPlan):
+  """Chunk states and state passing in one, grid (P / local_block_p, H, S+1): a sequence's
+  body slots in order, each slot's own state by `_own_state` and st = dec * st + own.
+
+    Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`.
+  """
+  cfg = plan.cfg
+  N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.local_block_p
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  e = jnp.maximum(idx_ref[b], 0)
+  ps = pl.ds(pid_p * BP, BP)
+  first = first_ref[b]
+  bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
+
+  @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
+  def _run():
+    slot = () if cfg.compact else (slot_ref[b],)
+    st = ssm_ref[(e,) + slot + (h, ps, slice(None))].astype(f32)
+
+    def chunk(c, st):
+      i = first + c
+      rows = pl.ds(i * L, L)
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, xr_ref[rows, bcols], h,
+                            pid_p)
+      st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
+      return dec * st + own
+
+    st = lax.fori_loop(0, count_ref[b], chunk, st)
+    ssm_out_ref[(e,) + slot + (h, ps, slice(None))] = st.astype(ssm_out_ref.dtype)
 
 
 def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
@@ -405,7 +444,7 @@ def write_rows(plan: ChunkPlan, y, rows, row0, count):
 
 def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, xr, dtr, z,
                A_log, D, ssm):
-  """The chunked scan's four kernels over the slots of `slot_table`.
+  """The chunked scan's kernels over the slots of `slot_table` (three with `fused_pass`).
 
   Args:
     plan: the launch.
@@ -429,22 +468,31 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
                valid_ref=valid)
   launch = lambda kernel, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
-  own = launch(
-      _chunk_states_kernel,
-      inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
-      outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
-      grid=(H // plan.state_heads * tiles_p, nb),
-      num_warps=t.state_warps, num_stages=t.state_stages,
-      name=f"m2v_chunk_states_{cfg.replay_mode}")
-  passed = launch(
-      _chunk_pass_kernel,
-      inputs=dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
-                  count_ref=slots.count, dec_ref=own["dec_ref"], s_ref=own["s_ref"],
-                  ssm_ref=ssm),
-      outputs=dict(ssm_out_ref=sds(ssm.shape, ssm.dtype), st_ref=sds((nb, H, P, N), plan.st_dtype)),
-      aliases=dict(ssm_ref="ssm_out_ref"),
-      grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
-      num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
+  passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
+                    st_ref=sds((nb, H, P, N), plan.st_dtype))
+  passing = dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
+                 count_ref=slots.count)
+  if t.fused_pass:
+    passed = launch(
+        _chunk_states_pass_kernel,
+        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
+        outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
+        grid=(tiles_p, H, plan.S + 1), num_warps=t.state_warps, num_stages=t.state_stages,
+        name=f"m2v_chunk_states_pass_{cfg.replay_mode}")
+  else:
+    own = launch(
+        _chunk_states_kernel,
+        inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+        outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
+        grid=(H // plan.state_heads * tiles_p, nb),
+        num_warps=t.state_warps, num_stages=t.state_stages,
+        name=f"m2v_chunk_states_{cfg.replay_mode}")
+    passed = launch(
+        _chunk_pass_kernel,
+        inputs=dict(passing, dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
+        outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
+        grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
+        num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
       outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),

@@ -110,6 +110,7 @@ class ChunkTiles:
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
     out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
+    fused_pass: 1 runs chunk states and state passing as one kernel (`local_block_p`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps.
 
   Raises:
@@ -131,11 +132,14 @@ class ChunkTiles:
   conv_cols: int = 256
   conv_warps: int = 4
   out_rows: int = 64
+  fused_pass: int = 0
 
   def __post_init__(self):
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
+    if self.fused_pass not in (0, 1):
+      raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
                                 "conv_rows", "conv_cols", "conv_warps", "out_rows"))
