@@ -3,8 +3,8 @@
 
 - padding (a -1 entry), a device-side rejected `state_row`, an out-of-range entry;
 - `num_rows` below R, and the gate z;
-- a compact fold (`committed_state`), a serial prefill (R = 37) and a chunked prefill (R = 200,
-  whose padded body reaches past the call's rows);
+- a compact fold (`committed_state`), a serial prefill (R = 37) and chunked prefills (R = 200,
+  whose padded body reaches past the call's rows), with and without `ChunkTiles.fused_pass`;
 - packed prefills (`prefill_packed`) of three prompts, once with device offsets that reject
   one (an empty prompt).
 
@@ -21,12 +21,14 @@ run that silently computed nothing fails here too.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import m2v_jax as m
+from m2v_jax.kernels import tiles
 
 GEOMETRIES = {"bolt": m.BOLT, "small": m.BOLT.replace(nheads=8, ngroups=2)}
 
@@ -64,10 +66,12 @@ def run(mode: str, geometry: str) -> None:
   # 3. the committed state (a compact fold), then a serial and a chunked prefill with padding
   ssm, _ = m.committed_state(cfg, p, state, i32([2, 0]), cache_indices=i32([0, 4]))
   assert np.all(np.isfinite(np.asarray(ssm)))
-  for R, chunked in ((37, False), (200, True)):
+  fused = dataclasses.replace(tiles.chunk_tile_config(cfg, cfg.prefill_precision_for(dtype)), fused_pass=1)
+  for R, chunked, chunk_tiles in ((37, False, None), (200, True, None), (200, True, fused)):
     xbc, dt, z = inputs(R)
     y, state = m.prefill(cfg, p, state, xbc, dt, i32([0, 0, 0, 0]), z=z,
-                         cache_indices=i32([4, -1, 5, 1]), chunked=chunked)
+                         cache_indices=i32([4, -1, 5, 1]), chunked=chunked,
+                         chunk_tiles=chunk_tiles)
     y = np.asarray(y, np.float32)
     assert not np.any(y[1]) and np.all(np.isfinite(y[[0, 2, 3]])), (R, chunked)
   # 4. a packed prefill (prompts of 130, 1 and 37 rows, 8 rows of padding), then one whose

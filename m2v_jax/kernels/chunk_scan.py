@@ -36,7 +36,8 @@ class ChunkPlan:
   E pool entries; gate, activation dtype, `ChunkTiles`, interpret mode; `max_body`, the
   longest body a sequence can have, sets the chunk of short calls.
 
-  Raises ValueError, compiled, for a chunk or local_block_p below 16, and for a chunk below K-1.
+  Raises ValueError, compiled, for a chunk, local_block_p, out_rows (or block_p with
+  `fused_pass`) below 16, and for a chunk below K-1.
   """
 
   cfg: config_lib.Mamba2Config
@@ -53,9 +54,12 @@ class ChunkPlan:
     if self.chunk < self.cfg.d_conv - 1:
       raise ValueError(f"chunked prefill: chunk {self.chunk} below the conv state's "
                        f"{self.cfg.d_conv - 1} rows")
-    if not self.interpret and min(self.chunk, self.local_block_p, self.out_rows) < 16:
-      raise ValueError(f"chunked prefill: compiled dots need chunk, local_block_p and out_rows "
-                       f">= 16, got {self.chunk}, {self.local_block_p}, {self.out_rows}")
+    dims = dict(chunk=self.chunk, local_block_p=self.local_block_p, out_rows=self.out_rows)
+    if self.tiles.fused_pass:
+      dims["block_p"] = self.block_p
+    if not self.interpret and min(dims.values()) < 16:
+      raise ValueError(f"chunked prefill: compiled dots need {', '.join(dims)} >= 16, got "
+                       f"{', '.join(map(str, dims.values()))}")
 
   @property
   def chunk(self) -> int:
@@ -138,8 +142,9 @@ def scratch_bytes(plan: ChunkPlan) -> int:
   cfg, ns, L = plan.cfg, plan.body_slots, plan.chunk
   H = cfg.nheads
   states = ns * H * cfg.headdim * cfg.dstate
+  own = 0 if plan.tiles.fused_pass else 4 * (states + ns * H)   # chunk states, decays
   return (plan.conv_T * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
-          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L + states + ns * H)
+          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L) + own
           + plan.st_dtype.itemsize * states)
 
 
@@ -228,9 +233,9 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
                                                  interpret=plan.interpret)
 
 
-def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p):
+def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP):
   """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and exp(acum_L)."""
-  P, L, BP = plan.cfg.headdim, plan.chunk, plan.local_block_p
+  P, L = plan.cfg.headdim, plan.chunk
   x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
   dtv = dtr_ref[rows, h]                                         # [L]
   acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
@@ -262,7 +267,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
 
     def head(j, carry):
       h = h0 + j
-      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p)
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP)
       s_ref[i, h, pl.ds(pid_p * BP, BP), :] = own
       dec_ref[i, h] = dec
       return carry
@@ -273,13 +278,13 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
 def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
                               dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref,
                               plan: ChunkPlan):
-  """Chunk states and state passing in one, grid (P / local_block_p, H, S+1): a sequence's
-  body slots in order, each slot's own state by `_own_state` and st = dec * st + own.
+  """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
+  slots in order, each slot's own state by `_own_state` and st = dec * st + own.
 
     Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`.
   """
   cfg = plan.cfg
-  N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.local_block_p
+  N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
@@ -295,7 +300,7 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
       i = first + c
       rows = pl.ds(i * L, L)
       own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, xr_ref[rows, bcols], h,
-                            pid_p)
+                            pid_p, BP)
       st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
       return dec * st + own
 
@@ -477,7 +482,8 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
         _chunk_states_pass_kernel,
         inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
         outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
-        grid=(tiles_p, H, plan.S + 1), num_warps=t.state_warps, num_stages=t.state_stages,
+        grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.state_warps,
+        num_stages=t.state_stages,
         name=f"m2v_chunk_states_pass_{cfg.replay_mode}")
   else:
     own = launch(

@@ -110,7 +110,8 @@ class ChunkTiles:
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
     out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
-    fused_pass: 1 runs chunk states and state passing as one kernel (`local_block_p`).
+    fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
+      `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps.
 
   Raises:
@@ -148,13 +149,15 @@ class ChunkTiles:
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
-_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=64)
+_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=64,
+                                             block_p=64, fused_pass=1)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks, output programs of 64 rows.
+    # Bolt, bf16 products: 128-row chunks, output programs of 64 rows, chunk states and
+    # state passing fused (P tiles of 64: smaller ones redo the decay weights per tile).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
