@@ -74,7 +74,7 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
 
   Args, returns: as `verify`, plus `chunked` (ignored by the reference backend) and
   `chunk_tiles` (overrides `chunk_tile_config`). The chunked path's scratch grows with B x R
-  (0.31 GB for one sequence of 4096 rows at Bolt geometry, bfloat16); prompts of different
+  (0.18 GB for one sequence of 4096 rows at Bolt geometry, bfloat16); prompts of different
   lengths are better given to `prefill_packed`.
 
   Raises:
