@@ -150,7 +150,8 @@ def test_chunked_prefill_lowers_at_each_precision(precision, dtype):
   lower(m.BOLT.replace(prefill_precision=precision), 1, 200, dtype=dtype, chunked=True)
 
 
-@pytest.mark.parametrize("tiles", [m.ChunkTiles(chunk=8), m.ChunkTiles(local_block_p=8)])
+@pytest.mark.parametrize("tiles", [m.ChunkTiles(chunk=8), m.ChunkTiles(local_block_p=8),
+                                   m.ChunkTiles(block_p=8, fused_pass=1)])
 def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
   """Triton's smallest dot is 16 wide: compiled, such tiles get a clear error (interpret mode
   takes them)."""
@@ -159,7 +160,7 @@ def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
 
 
 def test_state_passing_takes_narrow_p_tiles():
-  """The state-passing kernel has no dot: P tiles below 16 lower (here 4 rows)."""
+  """The state-passing kernel (unfused) has no dot: P tiles below 16 lower (here 4 rows)."""
   text = lower(m.BOLT, 1, 200, chunked=True, chunk_tiles=m.ChunkTiles(block_p=4))
   assert text.count("__gpu$xla.gpu.triton") == 9
 

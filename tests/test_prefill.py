@@ -191,8 +191,8 @@ class PrefillChecks:
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
     3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; chunk states and passing
-    fused, against the two kernels too. The small grid would make the plan drop to one head a program: the
-    program-count floor is lifted."""
+    fused, against the two kernels too (interpreted also in P tiles of 4). The small grid
+    would make the plan drop to one head a program: the program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
     plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,
@@ -220,6 +220,12 @@ class PrefillChecks:
           lambda a, b_, what: assert_close(a, b_, 1e-6, what))
       same(y, y2, "y, fused against two kernels")
       same(got.ssm, two.ssm, "ssm, fused against two kernels")
+      if self.backend == "interpret":   # 4 P tiles a head (compiled dots need 16 rows)
+        narrow = dataclasses.replace(tiles, block_p=4)
+        y4, four = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows,
+                             z=z, backend=self.backend, chunked=True, chunk_tiles=narrow)
+        assert_close(y4, y2, 1e-6, "y, fused in P tiles of 4")
+        assert_close(four.ssm, two.ssm, 1e-6, "ssm, fused in P tiles of 4")
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""

@@ -4,7 +4,8 @@
 - padding (a -1 entry), a device-side rejected `state_row`, an out-of-range entry;
 - `num_rows` below R, and the gate z;
 - a compact fold (`committed_state`), a serial prefill (R = 37) and chunked prefills (R = 200,
-  whose padded body reaches past the call's rows), with and without `ChunkTiles.fused_pass`;
+  whose padded body reaches past the call's rows) at Bolt's bf16 tiles, with chunk states and
+  state passing as two kernels and fused (`ChunkTiles.fused_pass`);
 - packed prefills (`prefill_packed`) of three prompts, once with device offsets that reject
   one (an empty prompt).
 
@@ -28,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import m2v_jax as m
-from m2v_jax.kernels import tiles
 
 GEOMETRIES = {"bolt": m.BOLT, "small": m.BOLT.replace(nheads=8, ngroups=2)}
 
@@ -66,8 +66,10 @@ def run(mode: str, geometry: str) -> None:
   # 3. the committed state (a compact fold), then a serial and a chunked prefill with padding
   ssm, _ = m.committed_state(cfg, p, state, i32([2, 0]), cache_indices=i32([0, 4]))
   assert np.all(np.isfinite(np.asarray(ssm)))
-  fused = dataclasses.replace(tiles.chunk_tile_config(cfg, cfg.prefill_precision_for(dtype)), fused_pass=1)
-  for R, chunked, chunk_tiles in ((37, False, None), (200, True, None), (200, True, fused)):
+  bolt = m.chunk_tile_config(m.BOLT, "bf16")     # Bolt's bf16 tiles, both scan forms
+  forms = [dataclasses.replace(bolt, fused_pass=f) for f in (0, 1)]
+  for R, chunked, chunk_tiles in ((37, False, None), (200, True, forms[0]),
+                                  (200, True, forms[1])):
     xbc, dt, z = inputs(R)
     y, state = m.prefill(cfg, p, state, xbc, dt, i32([0, 0, 0, 0]), z=z,
                          cache_indices=i32([4, -1, 5, 1]), chunked=chunked,

@@ -104,7 +104,8 @@ class ChunkTiles:
 
   Attributes:
     chunk: rows per chunk (>= 16 compiled).
-    block_p, num_warps, num_stages: the state-passing kernel's P tile, warps, pipelining.
+    block_p, num_warps, num_stages: the state-passing kernel's P tile, warps, pipelining;
+      with `fused_pass` block_p is the fused kernel's P tile (>= 16 compiled).
     local_block_p: P tile of the chunk-states and output kernels (>= 16 compiled).
     state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
       program (sharing the group's B rows) and pipelining.
