@@ -116,6 +116,25 @@ def fma(interpret: bool):
   return fused
 
 
+def silu(interpret: bool, approx: bool):
+  """silu for kernels: `rowmath.silu`, or compiled with `approx` one inline PTX sequence,
+  v * rcp.approx(1 + ex2.approx(-v log2 e)) (within a few float32 ulps; for results stored in
+  16 bits).
+  """
+  if interpret or not approx:
+    return rowmath.silu
+
+  def fast(v):
+    v = jnp.asarray(v, jnp.float32)
+    return plt.elementwise_inline_asm(
+        "{ .reg .f32 t; mul.f32 t, $1, 0fBFB8AA3B; ex2.approx.ftz.f32 t, t; "
+        "add.f32 t, t, 0f3F800000; rcp.approx.ftz.f32 t, t; mul.f32 $0, $1, t; }",
+        args=[v], constraints="=f,f", pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(v.shape, jnp.float32)])[0]
+
+  return fast
+
+
 # Compiled dot algorithms of the chunked prefill's precisions (docs/design.md, "Prefill precision").
 _ALGORITHMS = {"highest": lax.DotAlgorithmPreset.TF32_TF32_F32_X3,
                "tf32": lax.DotAlgorithmPreset.TF32_TF32_F32}

@@ -13,6 +13,7 @@ from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels.chunk_scan import ChunkPlan, Slots
 
 f32 = jnp.float32
+INTERPRET_UNROLL = 8     # body-conv rows per loop step interpreted (compiled: all of a block's)
 
 
 def _output(plan, w_ref, bias_ref, cols, window):
@@ -21,12 +22,13 @@ def _output(plan, w_ref, bias_ref, cols, window):
   taps = [w_ref[cols, k].astype(f32)[None, :] for k in range(K)]
   bias = bias_ref[cols].astype(f32)[None, :]
   return rowmath.conv_output(taps, [lambda k=k: window(k) for k in range(K)], bias,
-                             plan.y_dtype, not plan.interpret)
+                             plan.y_dtype, not plan.interpret, plan.silu)
 
 
 def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_ref, bias_ref,
                  post_ref, plan: ChunkPlan):
   """Body conv, grid (conv_T / conv_rows, C / conv_cols): block q of slot q // (L / conv_rows),
+  one row at a time with the last K-1 input rows carried, so each input row is loaded once;
   taps from the previous rows of xbc (`_head_kernel` then rewrites each body's first K-1
   rows); rows past the slot's are zero; slots that do not run are left unwritten (not read).
 
@@ -37,18 +39,34 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_r
     post_ref  [conv_T, C]      post-conv rows in the activation dtype, L per body slot
   """
   K, BR, BC, T, L = plan.cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.T, plan.chunk
+  U = min(INTERPRET_UNROLL, BR) if plan.interpret else BR
   q, j = pl.program_id(0), pl.program_id(1)
   i = q // (L // BR)
-  t = (q % (L // BR)) * BR + lax.broadcasted_iota(jnp.int32, (BR,), 0)   # rows in the slot
+  t0 = (q % (L // BR)) * BR                                       # first row in the slot
   cols = pl.ds(j * BC, BC)
 
   @pl.when((body_ref[i] > 0) & (valid_ref[seq_ref[i]] > 0))
   def _conv():
-    r = row_ref[i] + t                                             # flat rows
-    out = _output(plan, w_ref, bias_ref, cols, lambda k: xbc_ref[
-        jnp.clip(r - (K - 1) + k, 0, T - 1), cols].astype(f32))
-    post_ref[pl.ds(q * BR, BR), cols] = jnp.where((t < len_ref[i])[:, None], out,
-                                                  0.0).astype(post_ref.dtype)
+    r0, n = row_ref[i] + t0, len_ref[i]
+    load = lambda r: xbc_ref[jnp.clip(r, 0, T - 1), cols].astype(f32)       # [BC]
+    taps = [w_ref[cols, k].astype(f32) for k in range(K)]
+    bias = bias_ref[cols].astype(f32)
+
+    def rows(g, win):
+      win = list(win) + [load(r0 + g * U + u) for u in range(U)]   # loads before any store
+      for u in range(U):
+        t = g * U + u
+        out = rowmath.conv_output(taps, win[u:u + K], bias, plan.y_dtype, not plan.interpret,
+                                   plan.silu)
+        live = jnp.broadcast_to(t0 + t < n, (BC,))
+        post_ref[q * BR + t, cols] = jnp.where(live, out, 0.0).astype(post_ref.dtype)
+      return tuple(win[-(K - 1):])
+
+    first = tuple(load(r0 - (K - 1) + k) for k in range(K - 1))
+    if BR == U:
+      rows(0, first)
+    else:
+      lax.fori_loop(0, BR // U, rows, first)
 
 
 def _head_kernel(*, xbc_ref, base_ref, rb_ref, first_ref, head_ref, w_ref, bias_ref, post_ref,

@@ -132,6 +132,11 @@ class ChunkPlan:
     return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
 
   @property
+  def silu(self):
+    """The body conv's silu: `backend.silu`, approximate where y is 16-bit."""
+    return backend.silu(self.interpret, jnp.dtype(self.y_dtype).itemsize == 2)
+
+  @property
   def precision(self) -> str:
     """"highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision_for`)."""
     return self.cfg.prefill_precision_for(self.y_dtype)

@@ -44,18 +44,18 @@ def stored(v, dtype, triton: bool = False):
   return low.astype(jnp.float32)
 
 
-def conv_output(weights, window, bias, dtype, triton: bool = False):
+def conv_output(weights, window, bias, dtype, triton: bool = False, act=silu):
   """One causal-conv output, silu(sum_k w_k * win_k + bias) summed left to right, in `dtype`.
 
   `weights`: K float32 taps, oldest first; `window`: the K-1 conv-state columns, then the new
   input, as values or as functions that load them (called in tap order, so a kernel holds one
-  tap at a time); `triton`: inside a compiled Triton kernel (see `round_to`).
+  tap at a time); `triton`: inside a compiled Triton kernel (see `round_to`); `act`: the silu.
   """
   tap = lambda v: v() if callable(v) else v
   acc = weights[0] * tap(window[0])
   for w, v in zip(weights[1:], window[1:]):
     acc = acc + w * tap(v)
-  return round_to(silu(acc + bias), dtype, triton)
+  return round_to(act(acc + bias), dtype, triton)
 
 
 def process_dt(dt_raw, dt_bias, dt_limit):

@@ -1,0 +1,111 @@
+"""The causal conv of a chunked prefill's bodies into the slots' scratch rows."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import rowmath
+from m2v_jax.kernels import tiles as tiles_lib
+from m2v_jax.kernels.chunk_scan import ChunkPlan, Slots
+
+f32 = jnp.float32
+
+
+def _output(plan, w_ref, bias_ref, cols, window):
+  """Post-conv rows [rows, BC] from `window(k)`, the rows' tap k as float32."""
+  K = plan.cfg.d_conv
+  taps = [w_ref[cols, k].astype(f32)[None, :] for k in range(K)]
+  bias = bias_ref[cols].astype(f32)[None, :]
+  return rowmath.conv_output(taps, [lambda k=k: window(k) for k in range(K)], bias,
+                             plan.y_dtype, not plan.interpret)
+
+
+def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_ref, bias_ref,
+                 post_ref, plan: ChunkPlan):
+  """Body conv, grid (conv_T / conv_rows, C / conv_cols): block q of slot q // (L / conv_rows),
+  taps from the previous rows of xbc (`_head_kernel` then rewrites each body's first K-1
+  rows); rows past the slot's are zero; slots that do not run are left unwritten (not read).
+
+  Refs:
+    xbc_ref   [T, C]           raw rows, sequences back to back
+    seq_ref, row_ref, len_ref, body_ref [slots] int32, valid_ref [S+1] int32: `Slots`
+    w_ref     [C, K] f32, bias_ref [C] f32
+    post_ref  [conv_T, C]      post-conv rows in the activation dtype, L per body slot
+  """
+  K, BR, BC, T, L = plan.cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.T, plan.chunk
+  q, j = pl.program_id(0), pl.program_id(1)
+  i = q // (L // BR)
+  t = (q % (L // BR)) * BR + lax.broadcasted_iota(jnp.int32, (BR,), 0)   # rows in the slot
+  cols = pl.ds(j * BC, BC)
+
+  @pl.when((body_ref[i] > 0) & (valid_ref[seq_ref[i]] > 0))
+  def _conv():
+    r = row_ref[i] + t                                             # flat rows
+    out = _output(plan, w_ref, bias_ref, cols, lambda k: xbc_ref[
+        jnp.clip(r - (K - 1) + k, 0, T - 1), cols].astype(f32))
+    post_ref[pl.ds(q * BR, BR), cols] = jnp.where((t < len_ref[i])[:, None], out,
+                                                  0.0).astype(post_ref.dtype)
+
+
+def _head_kernel(*, xbc_ref, base_ref, rb_ref, first_ref, head_ref, w_ref, bias_ref, post_ref,
+                 post_out_ref, plan: ChunkPlan):
+  """The first K-1 rows of each body, their earlier taps from the sequence's conv state,
+  grid (S, C / conv_cols).
+
+    base_ref, rb_ref, first_ref [S] int32: first flat row, body rows (0: nothing to do), first
+      slot; head_ref [S, K-1, C]: conv state before each sequence, oldest first; post_ref:
+      `_conv_kernel`'s rows, aliased to post_out_ref.
+  """
+  K, BC, T, L = plan.cfg.d_conv, plan.conv_cols, plan.T, plan.chunk
+  HR = tiles_lib.next_pow2(K - 1)
+  s, j = pl.program_id(0), pl.program_id(1)
+  cols = pl.ds(j * BC, BC)
+  base = base_ref[s]
+  t = lax.broadcasted_iota(jnp.int32, (HR,), 0)                  # row within the sequence
+
+  @pl.when(rb_ref[s] > 0)
+  def _run():
+    def window(k):
+      back = t - (K - 1) + k
+      v = xbc_ref[jnp.clip(base + back, 0, T - 1), cols].astype(f32)
+      hv = head_ref[s, jnp.clip(back + K - 1, 0, K - 2), cols].astype(f32)
+      return jnp.where((back >= 0)[:, None], v, hv)
+
+    out = _output(plan, w_ref, bias_ref, cols, window)
+    own = (t < K - 1) & (t < rb_ref[s])
+    backend.store(post_out_ref.at[pl.ds(first_ref[s] * L, HR), cols],
+                  out.astype(post_out_ref.dtype), own[:, None])
+
+
+def body_conv(plan: ChunkPlan, slots: Slots, valid, xbc, base, rb, conv0, conv_weight,
+              conv_bias):
+  """Post-conv body rows [conv_T, C] (xbc's dtype) of xbc [T, C], L per body slot.
+
+  valid [S+1] int32 (1: runs); base, rb [S] int32: each sequence's first row and body rows
+  (0 for one that does not run); conv0 [S, C, K-1]: the conv state before each sequence.
+  """
+  cfg = plan.cfg
+  C = cfg.conv_dim
+  launch = lambda kernel, **kw: backend.pallas_call(
+      lambda **refs: kernel(**refs, plan=plan), num_warps=plan.tiles.conv_warps,
+      num_stages=1, interpret=plan.interpret, **kw)
+  post = launch(
+      _conv_kernel,
+      inputs=dict(xbc_ref=xbc, seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
+                  body_ref=slots.body, valid_ref=valid, w_ref=conv_weight,
+                  bias_ref=conv_bias),
+      outputs=dict(post_ref=jax.ShapeDtypeStruct((plan.conv_T, C), plan.y_dtype)),
+      grid=(plan.conv_T // plan.conv_rows, C // plan.conv_cols),
+      name=f"m2v_chunk_conv_{cfg.replay_mode}")["post_ref"]
+  return launch(
+      _head_kernel,
+      inputs=dict(xbc_ref=xbc, base_ref=base, rb_ref=rb, first_ref=slots.first[:plan.S],
+                  head_ref=jnp.swapaxes(conv0, 1, 2), w_ref=conv_weight, bias_ref=conv_bias,
+                  post_ref=post),
+      outputs=dict(post_out_ref=jax.ShapeDtypeStruct(post.shape, post.dtype)),
+      aliases=dict(post_ref="post_out_ref"), grid=(plan.S, C // plan.conv_cols),
+      name=f"m2v_chunk_conv_head_{cfg.replay_mode}")["post_out_ref"]

@@ -1,0 +1,515 @@
+"""The chunked (SSD) scan of a prefill's body (docs/design.md, "The chunked prefill")."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from m2v_jax import config as config_lib
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import rowmath
+from m2v_jax.kernels import tiles as tiles_lib
+
+f32 = jnp.float32
+
+# Bodies of up to this many rows get chunks of at most this many (`ChunkPlan.chunk`).
+SHORT_BODY_CHUNK = 64
+
+# Chunk-parallel programs below which a program takes fewer heads (about four per H200 SM).
+MIN_LOCAL_PROGRAMS = 512
+
+
+def supported(cfg: config_lib.Mamba2Config) -> bool:
+  """Whether the compiled chunked scan takes `cfg`: its dots need P tiles and dstate >= 16."""
+  return tiles_lib.pow2_divisor(cfg.headdim, 64) >= 16 and cfg.dstate >= 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkPlan:
+  """Static description of a chunked scan over T flat rows holding S sequences (the
+  per-sequence arrays of the kernels have S + 1 entries, the last for the rows past them);
+  E pool entries; gate, activation dtype, `ChunkTiles`, interpret mode; `max_body`, the
+  longest body a sequence can have, sets the chunk of short calls.
+
+  Raises ValueError, compiled, for a chunk, local_block_p, out_rows (or block_p with
+  `fused_pass`) below 16, and for a chunk below K-1.
+  """
+
+  cfg: config_lib.Mamba2Config
+  T: int
+  S: int
+  E: int
+  has_z: bool
+  y_dtype: jnp.dtype
+  tiles: tiles_lib.ChunkTiles
+  interpret: bool = False
+  max_body: int | None = None
+
+  def __post_init__(self):
+    if self.chunk < self.cfg.d_conv - 1:
+      raise ValueError(f"chunked prefill: chunk {self.chunk} below the conv state's "
+                       f"{self.cfg.d_conv - 1} rows")
+    dims = dict(chunk=self.chunk, local_block_p=self.local_block_p, out_rows=self.out_rows)
+    if self.tiles.fused_pass:
+      dims["block_p"] = self.block_p
+    if not self.interpret and min(dims.values()) < 16:
+      raise ValueError(f"chunked prefill: compiled dots need {', '.join(dims)} >= 16, got "
+                       f"{', '.join(map(str, dims.values()))}")
+
+  @property
+  def chunk(self) -> int:
+    """Rows per chunk: the tiles', at most 64 for bodies of up to 64 rows."""
+    body = self.T if self.max_body is None else self.max_body
+    return min(self.tiles.chunk, max(SHORT_BODY_CHUNK, tiles_lib.next_pow2(body)))
+
+  @property
+  def n_slots(self) -> int:
+    """Slots enough for any layout: sum(ceil(a_i / L)) <= T // L + (number of terms)."""
+    return self.T // self.chunk + 2 * (self.S + 1)
+
+  @property
+  def body_slots(self) -> int:
+    """Body slots enough for any layout (they come first): at most T // L + S."""
+    return self.T // self.chunk + self.S
+
+  @property
+  def conv_T(self) -> int:
+    """Rows of the post-conv and dt scratch: L per body slot (slot i at rows i*L ..)."""
+    return self.body_slots * self.chunk
+
+  @property
+  def block_p(self) -> int:
+    """P rows per state-passing program, dividing headdim."""
+    return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
+
+  @property
+  def local_block_p(self) -> int:
+    """P rows per chunk-states and output program, dividing headdim."""
+    return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.local_block_p)
+
+  def _heads(self, wanted: int) -> int:
+    """Heads per chunk-parallel program: `wanted`, dividing a group's heads, halved while the
+    grid has fewer than MIN_LOCAL_PROGRAMS programs over the chunks that T can hold.
+    """
+    nh = tiles_lib.pow2_divisor(self.cfg.heads_per_group, wanted)
+    per_head = (self.cfg.headdim // self.local_block_p) * max(self.T // self.chunk, 1)
+    while nh > 1 and self.cfg.nheads // nh * per_head < MIN_LOCAL_PROGRAMS:
+      nh //= 2
+    return nh
+
+  @property
+  def state_heads(self) -> int:
+    return self._heads(self.tiles.state_heads)
+
+  @property
+  def out_heads(self) -> int:
+    return self._heads(self.tiles.out_heads)
+
+  @property
+  def st_dtype(self):
+    """The chunks' starting states' dtype: bf16 where the output kernel's product rounds to it."""
+    return jnp.dtype(jnp.bfloat16 if self.precision == config_lib.BF16 else f32)
+
+  @property
+  def out_rows(self) -> int:
+    """Chunk rows per output and C·Bᵀ program, dividing the chunk."""
+    return min(self.tiles.out_rows, self.chunk)
+
+  @property
+  def conv_rows(self) -> int:
+    """Rows per conv program: at least K-1, at most the chunk."""
+    return min(max(self.tiles.conv_rows, tiles_lib.next_pow2(self.cfg.d_conv - 1)),
+               self.chunk)
+
+  @property
+  def conv_cols(self) -> int:
+    """Channels per conv program, dividing conv_dim."""
+    return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
+
+  @property
+  def precision(self) -> str:
+    """"highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision_for`)."""
+    return self.cfg.prefill_precision_for(self.y_dtype)
+
+
+def scratch_bytes(plan: ChunkPlan) -> int:
+  """Bytes of the chunked body's intermediate buffers, all sequences of the call."""
+  cfg, ns, L = plan.cfg, plan.body_slots, plan.chunk
+  H = cfg.nheads
+  states = ns * H * cfg.headdim * cfg.dstate
+  own = 0 if plan.tiles.fused_pass else 4 * (states + ns * H)   # chunk states, decays
+  return (plan.conv_T * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
+          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L) + own
+          + plan.st_dtype.itemsize * states)
+
+
+class Slots(NamedTuple):
+  """A call's slots (int32, built on the device by `slot_table`): per slot [n_slots] its
+  sequence, first flat row, rows (0: unused), and 1 for a body chunk or 0 for rows to fill;
+  per sequence [S + 1] the first body slot and the count."""
+
+  seq: jax.Array
+  row0: jax.Array
+  rows: jax.Array
+  body: jax.Array
+  first: jax.Array
+  count: jax.Array
+
+
+def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
+  """Slots for sequences at flat rows `base` [S+1] with `n` rows, `span` rows reserved (n and
+  past: filled) and `rb` body rows: each body in chunks, then each filled block."""
+  L, ns, S1 = plan.chunk, plan.n_slots, plan.S + 1
+  i32 = jnp.int32
+  gap = span - n
+  nb, ng = (rb + L - 1) // L, (gap + L - 1) // L
+  ends = jnp.cumsum(jnp.concatenate([nb, ng]))
+  starts = ends - jnp.concatenate([nb, ng])
+  i = jnp.arange(ns, dtype=i32)
+  k = jnp.searchsorted(ends, i, side="right", method="compare_all").astype(i32)  # 2(S+1): unused
+  used = k < 2 * S1
+  kk = jnp.minimum(k, 2 * S1 - 1)
+  body = kk < S1
+  s = jnp.where(body, kk, kk - S1)
+  j = i - starts[kk]
+  row0 = jnp.where(used, base[s] + jnp.where(body, 0, n[s]) + j * L, 0)
+  rows = jnp.where(used, jnp.minimum(L, jnp.where(body, rb[s], gap[s]) - j * L), 0)
+  return Slots(s.astype(i32), row0.astype(i32), rows.astype(i32),
+               (body & used).astype(i32), starts[:S1].astype(i32), nb.astype(i32))
+
+
+def _log_decay(dtv, a_h, L):
+  """(acum [L] = cumsum(dt * A) from the chunk start, acum[L-1])."""
+  acum = jnp.cumsum(dtv * a_h)
+  last = lax.broadcasted_iota(jnp.int32, (L,), 0) == L - 1
+  return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
+
+
+def _head_grid(plan: ChunkPlan, nh: int):
+  """(first head, P tile) of program id 0 in a chunk-parallel grid, P tiles fastest (L2 reuse)."""
+  P, BP = plan.cfg.headdim, plan.local_block_p
+  hp = pl.program_id(0)
+  return (hp // (P // BP)) * nh, hp % (P // BP)
+
+
+def _for_heads(nh: int, head):
+  """`head(j, carry)` for j < nh: a fori_loop (pipelined loads), or one call for nh = 1."""
+  if nh == 1:
+    head(0, 0)
+  else:
+    lax.fori_loop(0, nh, head, 0)
+
+
+def _slot(seq_ref, row_ref, len_ref, L):
+  """(slot, sequence, its scratch rows, its flat rows (pl.ds), live [L] bool) of program id 1."""
+  i = pl.program_id(1)
+  live = lax.broadcasted_iota(jnp.int32, (L,), 0) < len_ref[i]
+  return i, seq_ref[i], pl.ds(i * L, L), pl.ds(row_ref[i], L), live
+
+
+def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, cb_ref,
+                     plan: ChunkPlan):
+  """C·Bᵀ of each slot's rows, out_rows rows of it per program, grid (G, body slots,
+  chunk / out_rows).
+
+    xr_ref [conv_T, C] post-conv rows; cb_ref [body slots, G, L, L] f32
+  """
+  cfg = plan.cfg
+  N, G, HP, L, BM = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk, plan.out_rows
+  g, r0 = pl.program_id(0), pl.program_id(2) * BM
+  i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
+
+  @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
+  def _run():
+    bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
+    cm = xr_ref[pl.ds(i * L + r0, BM), pl.ds(HP + G * N + g * N, N)]   # [BM, N]
+    cb_ref[i, g, pl.ds(r0, BM), :] = backend.dot(cm, bm, trans_b=True,
+                                                 precision=plan.precision,
+                                                 interpret=plan.interpret)
+
+
+def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP):
+  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and exp(acum_L)."""
+  P, L = plan.cfg.headdim, plan.chunk
+  x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
+  dtv = dtr_ref[rows, h]                                         # [L]
+  acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+  w_s = jnp.exp(acum_l - acum) * dtv
+  own = backend.dot(x * w_s[:, None], bm, trans_a=True, precision=plan.precision,
+                    interpret=plan.interpret)
+  return own, jnp.exp(acum_l)
+
+
+def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
+                         alog_ref, s_ref, dec_ref, plan: ChunkPlan):
+  """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
+
+    seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
+    xr_ref [conv_T, C] post-conv rows, dtr_ref [conv_T, H] f32 processed dt: L rows per slot,
+      zero past its rows
+    s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
+    dec_ref [body slots, H] f32         exp(acum_L)
+  """
+  cfg = plan.cfg
+  N, HP, L, BP, NH = cfg.dstate, cfg.d_inner, plan.chunk, plan.local_block_p, plan.state_heads
+  i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
+  h0, pid_p = _head_grid(plan, NH)
+  g = h0 // cfg.heads_per_group
+
+  @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
+  def _run():
+    bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
+
+    def head(j, carry):
+      h = h0 + j
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP)
+      s_ref[i, h, pl.ds(pid_p * BP, BP), :] = own
+      dec_ref[i, h] = dec
+      return carry
+
+    _for_heads(NH, head)
+
+
+def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
+                              dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref,
+                              plan: ChunkPlan):
+  """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
+  slots in order, each slot's own state by `_own_state` and st = dec * st + own.
+
+    Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`.
+  """
+  cfg = plan.cfg
+  N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  e = jnp.maximum(idx_ref[b], 0)
+  ps = pl.ds(pid_p * BP, BP)
+  first = first_ref[b]
+  bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
+
+  @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
+  def _run():
+    slot = () if cfg.compact else (slot_ref[b],)
+    st = ssm_ref[(e,) + slot + (h, ps, slice(None))].astype(f32)
+
+    def chunk(c, st):
+      i = first + c
+      rows = pl.ds(i * L, L)
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, xr_ref[rows, bcols], h,
+                            pid_p, BP)
+      st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
+      return dec * st + own
+
+    st = lax.fori_loop(0, count_ref[b], chunk, st)
+    ssm_out_ref[(e,) + slot + (h, ps, slice(None))] = st.astype(ssm_out_ref.dtype)
+
+
+def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
+                       ssm_ref, ssm_out_ref, st_ref, plan: ChunkPlan):
+  """State passing, grid (P / block_p, H, S+1): st = dec * st + s over a sequence's slots.
+
+    idx_ref, slot_ref, valid_ref, first_ref, count_ref [S+1] int32: entry, starting slot
+      (snapshot), 1 if it runs, first body slot, body slots
+    ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
+    st_ref [body slots, H, P, N] `st_dtype`: each slot's starting state (bf16 where the output
+      kernel's products round it to bf16 anyway); not aliased to s_ref, so the
+      next chunk's loads need not wait for this chunk's store.
+  """
+  cfg = plan.cfg
+  BP = plan.block_p
+  compact = cfg.compact
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  e = jnp.maximum(idx_ref[b], 0)
+  ps = pl.ds(pid_p * BP, BP)
+  first = first_ref[b]
+
+  @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
+  def _run():
+    st = (ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]).astype(f32)
+
+    def chunk(c, st):
+      own = s_ref[first + c, h, ps, :]
+      st_ref[first + c, h, ps, :] = st.astype(st_ref.dtype)
+      return dec_ref[first + c, h] * st + own
+
+    st = lax.fori_loop(0, count_ref[b], chunk, st)
+    st = st.astype(ssm_out_ref.dtype)
+    if compact:
+      ssm_out_ref[e, h, ps, :] = st
+    else:
+      ssm_out_ref[e, slot_ref[b], h, ps, :] = st
+
+
+def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
+                      dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_ref,
+                      plan: ChunkPlan):
+  """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
+  local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
+
+    cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
+    sequence not run and of its rows past n; xr_ref, dtr_ref as `_chunk_states_kernel`;
+    z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
+    verify tails' rows are not).
+  """
+  cfg = plan.cfg
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, L, BP, NH, BM = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads, plan.out_rows
+  i, s, _, _, _ = _slot(seq_ref, row_ref, len_ref, L)
+  m = pl.program_id(2)
+  r0 = m * BM
+  rows, out_rows = pl.ds(i * L + r0, BM), pl.ds(row_ref[i] + r0, BM)
+  t_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 0)
+  s_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 1)
+  lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]
+  h0, pid_p = _head_grid(plan, NH)
+  g = h0 // cfg.heads_per_group
+  dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
+                                        interpret=plan.interpret, **kw)
+  body = (body_ref[i] > 0) & (valid_ref[s] > 0)
+  has_rows = r0 < len_ref[i]
+
+  @pl.when(body & has_rows)
+  def _run():
+    cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]              # [BM, N]
+    col = lax.broadcasted_iota(jnp.int32, (L,), 0)
+
+    def head(j, carry):
+      h = h0 + j
+      a_h = -jnp.exp(alog_ref[h])
+      xcols = pl.ds(h * P + pid_p * BP, BP)
+      a_all = dtr_ref[pl.ds(i * L, L), h] * a_h                  # [L]
+
+      def rows_from(k0):
+        """dt and acum (from the slot's first row) [BM] of the block at row k0."""
+        dtv = dtr_ref[pl.ds(i * L + k0, BM), h]
+        return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
+
+      _, acum = rows_from(r0)
+
+      def column_block(k, acc):
+        k0 = k * BM
+        dtk, acum_k = rows_from(k0)
+        causal = r0 + t_idx >= k0 + s_idx
+        seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
+        w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
+        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]
+        return acc + dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols])
+
+      acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
+      x = xr_ref[rows, xcols].astype(f32)
+      y = acc + d_ref[h] * x
+      cst = dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
+      y = y + jnp.exp(acum)[:, None] * cst
+      if plan.has_z:
+        y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
+      y = y.astype(y_ref.dtype)
+      if plan.T < BM:                               # no whole block fits in y
+        backend.store(y_ref.at[out_rows, xcols], y, lv)
+        return carry
+      full = len_ref[i] >= r0 + BM                  # a whole block: no mask
+      pl.when(full)(lambda: y_ref.__setitem__((out_rows, xcols), y))
+      pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, xcols], y, lv))
+      return carry
+
+    _for_heads(NH, head)
+
+  @pl.when(jnp.logical_not(body) & has_rows)
+  def _fill():
+    tile = jnp.broadcast_to(fill_ref[s], (BM, BP)).astype(y_ref.dtype)
+    for j in range(NH):
+      backend.store(y_ref.at[out_rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
+
+
+def _rows_kernel(*, row_ref, count_ref, src_ref, y_ref, y_out_ref, block):
+  """Writes src rows [S, cap, H*P] into y at row_ref [S], count_ref rows each, grid
+  (S, H*P / block); y_ref is aliased to y_out_ref."""
+  s, j = pl.program_id(0), pl.program_id(1)
+  cap = src_ref.shape[1]
+  cols = pl.ds(j * block, block)
+  own = lax.broadcasted_iota(jnp.int32, (cap,), 0) < count_ref[s]
+  backend.store(y_out_ref.at[pl.ds(row_ref[s], cap), cols], src_ref[s, :, cols],
+                own[:, None])
+
+
+def write_rows(plan: ChunkPlan, y, rows, row0, count):
+  """y [T, H*P] with rows [S, cap, H*P] written at row0 [S], count [S] each, in place."""
+  S, cap, HP = rows.shape
+  block = tiles_lib.pow2_divisor(HP, 1024)
+  return backend.pallas_call(
+      lambda **refs: _rows_kernel(**refs, block=block),
+      inputs=dict(row_ref=row0, count_ref=count, src_ref=rows.astype(y.dtype), y_ref=y),
+      outputs=dict(y_out_ref=jax.ShapeDtypeStruct(y.shape, y.dtype)),
+      aliases=dict(y_ref="y_out_ref"), grid=(S, HP // block), num_warps=4, num_stages=1,
+      interpret=plan.interpret, name="m2v_chunk_tail_rows")["y_out_ref"]
+
+
+def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, xr, dtr, z,
+               A_log, D, ssm):
+  """The chunked scan's kernels over the slots of `slot_table` (three with `fused_pass`).
+
+  Args:
+    plan: the launch.
+    slots: `Slots`.
+    cache_indices, slot, valid: [S+1] int32 entry, starting slot (snapshot), 1 if it runs.
+    fill: [S+1] float32 y of the rows of a sequence not run and past its n (NaN, 0).
+    xr, dtr: [conv_T, C] post-conv rows and [conv_T, H] float32 processed dt, L rows per body
+      slot (zero past its rows).
+    z: optional [T, H*P] gate; A_log, D: [H] float32.
+    ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
+
+  Returns:
+    (ssm, y [T, H*P] in the activation dtype; the verify tails' rows left unwritten).
+  """
+  cfg, t = plan.cfg, plan.tiles
+  H, P, N, G, L = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups, plan.chunk
+  ns, nb = plan.n_slots, plan.body_slots
+  sds = jax.ShapeDtypeStruct
+  tiles_p = P // plan.local_block_p
+  table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
+               valid_ref=valid)
+  launch = lambda kernel, **kw: backend.pallas_call(
+      lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
+  passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
+                    st_ref=sds((nb, H, P, N), plan.st_dtype))
+  passing = dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
+                 count_ref=slots.count)
+  if t.fused_pass:
+    passed = launch(
+        _chunk_states_pass_kernel,
+        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
+        outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
+        grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.state_warps,
+        num_stages=t.state_stages,
+        name=f"m2v_chunk_states_pass_{cfg.replay_mode}")
+  else:
+    own = launch(
+        _chunk_states_kernel,
+        inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+        outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
+        grid=(H // plan.state_heads * tiles_p, nb),
+        num_warps=t.state_warps, num_stages=t.state_stages,
+        name=f"m2v_chunk_states_{cfg.replay_mode}")
+    passed = launch(
+        _chunk_pass_kernel,
+        inputs=dict(passing, dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
+        outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
+        grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
+        num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
+  cb = launch(
+      _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
+      outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
+      num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{cfg.replay_mode}")
+  out = launch(
+      _chunk_out_kernel,
+      inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
+                  st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
+                  d_ref=D),
+      outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
+      grid=(H // plan.out_heads * tiles_p, ns, L // plan.out_rows),
+      num_warps=t.out_warps, num_stages=t.out_stages,
+      name=f"m2v_chunk_out_{cfg.replay_mode}")
+  return passed["ssm_out_ref"], out["y_ref"]

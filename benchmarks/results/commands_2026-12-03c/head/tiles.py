@@ -1,0 +1,172 @@
+"""Kernel launch parameters keyed by geometry, picked from measured sweeps (never autotuned)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from m2v_jax import config as config_lib
+
+
+def _check_powers_of_two(tiles, names) -> None:
+  """Raises ValueError naming the first field in `names` that is not a power of two."""
+  for name in names:
+    v = getattr(tiles, name)
+    if v < 1 or v & (v - 1):
+      raise ValueError(f"{type(tiles).__name__}.{name}: expected a power of two, got {v}")
+
+
+def next_pow2(n: int) -> int:
+  """The smallest power of two >= n (>= 1)."""
+  return 1 << max(n - 1, 0).bit_length()
+
+
+def pow2_divisor(n: int, cap: int) -> int:
+  """Largest power of two that divides n and is <= cap."""
+  d = 1
+  while d * 2 <= cap and n % (d * 2) == 0:
+    d *= 2
+  return d
+
+
+@dataclasses.dataclass(frozen=True)
+class TileConfig:
+  """Launch parameters of the verify kernels.
+
+  (block_p, n_cols, num_warps) fix the products' summation order: kernels that must agree
+  bitwise use the same triple.
+
+  Attributes:
+    block_p: P rows of an SSM program's [block_p, N] state tile.
+    num_warps, num_stages: the SSM program's warps and pipelining depth.
+    n_cols: columns of the state's chunks (at most N).
+    block_c: conv channels per conv program.
+    prep_warps: warps per conv program.
+
+  Raises:
+    ValueError: a size that is not a power of two, num_stages below 1.
+  """
+
+  block_p: int
+  num_warps: int
+  num_stages: int = 1
+  n_cols: int = 64
+  block_c: int = 128
+  prep_warps: int = 4
+
+  def __post_init__(self):
+    _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
+    if self.num_stages < 1:
+      raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
+
+  def replace_from_text(self, text: str) -> "TileConfig":
+    """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as
+    `:name=value` (e.g. `64:4:64:block_c=512`)."""
+    fields = ("block_p", "num_warps", "n_cols", "num_stages")
+    items = text.split(":")
+    values = [v for v in items if "=" not in v]
+    pairs = [v.split("=", 1) for v in items if "=" in v]
+    known = {f.name for f in dataclasses.fields(self)}
+    given = list(fields[:len(values)]) + [k for k, _ in pairs]
+    ints = values + [v for _, v in pairs]
+    if (not 3 <= len(values) <= 4 or items[:len(values)] != values
+        or not set(given) <= known or len(set(given)) != len(given)
+        or not all(v.strip().lstrip("-").isdigit() for v in ints)):
+      raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages] then "
+                       f":name=value (integers, each field once) for fields of "
+                       f"{sorted(known)}, got {text!r}")
+    return dataclasses.replace(self, **{k: int(v) for k, v in zip(given, ints)})
+
+
+# TileConfig by (nheads, headdim, dstate).
+_TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
+    # Bolt: one program (a warpgroup, wgmma) per head (BENCHMARKS.md, "Tiles").
+    (128, 64, 128): TileConfig(block_p=64, num_warps=4, n_cols=64),
+}
+# Bolt split over 2 devices: the same tiles, so y is bitwise one device's.
+_TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
+
+
+def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
+  """The verify tiles for `cfg`: its table entry, else a heuristic."""
+  key = (cfg.nheads, cfg.headdim, cfg.dstate)
+  if key in _TILE_TABLE:
+    return _TILE_TABLE[key]
+  block_p = pow2_divisor(cfg.headdim, 32)
+  return TileConfig(block_p=block_p, num_warps=4 if block_p * cfg.dstate >= 1024 else 1,
+                    n_cols=32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkTiles:
+  """Launch parameters of the chunked-prefill kernels (`chunk_conv`, `chunk_scan`).
+
+  Powers of two; the kernels shrink P tiles and heads to fit (`chunk_scan.ChunkPlan`).
+
+  Attributes:
+    chunk: rows per chunk (>= 16 compiled).
+    block_p, num_warps, num_stages: the state-passing kernel's P tile, warps, pipelining;
+      with `fused_pass` block_p is the fused kernel's P tile (>= 16 compiled).
+    local_block_p: P tile of the chunk-states and output kernels (>= 16 compiled).
+    state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
+      program (sharing the group's B rows) and pipelining.
+    out_warps, out_heads, out_stages: the same for the output kernel.
+    out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
+    fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
+      `state_warps`, `state_stages`).
+    conv_rows, conv_cols, conv_warps: the body conv's block and warps.
+
+  Raises:
+    ValueError: a field that must be a power of two and is not, or a stage count below 1.
+  """
+
+  chunk: int = 64
+  block_p: int = 16
+  num_warps: int = 4
+  num_stages: int = 1
+  local_block_p: int = 64
+  state_warps: int = 4
+  state_heads: int = 1
+  state_stages: int = 1
+  out_warps: int = 4
+  out_heads: int = 1
+  out_stages: int = 1
+  conv_rows: int = 32
+  conv_cols: int = 256
+  conv_warps: int = 4
+  out_rows: int = 64
+  fused_pass: int = 0
+
+  def __post_init__(self):
+    for name in ("num_stages", "state_stages", "out_stages"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
+    if self.fused_pass not in (0, 1):
+      raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
+    _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
+                                "state_warps", "state_heads", "out_warps", "out_heads",
+                                "conv_rows", "conv_cols", "conv_warps", "out_rows"))
+
+
+_BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
+                               local_block_p=64, state_warps=4, state_heads=16,
+                               state_stages=2, out_warps=4, out_heads=1, out_stages=1)
+_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=64,
+                                             block_p=64, fused_pass=1)
+
+# ChunkTiles by (nheads, headdim, dstate, bf16 products).
+_CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
+    # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
+    (128, 64, 128, False): _BOLT_CHUNK_TILES,
+    # Bolt, bf16 products: 128-row chunks, output programs of 64 rows, chunk states and
+    # state passing fused (P tiles of 64: smaller ones redo the decay weights per tile).
+    (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
+    # Bolt split over 2 devices: the same per-group shapes.
+    (64, 64, 128, False): _BOLT_CHUNK_TILES,
+    (64, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
+}
+
+
+def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest") -> ChunkTiles:
+  """The chunked-prefill tiles for `cfg` and a product precision: its table entry, else defaults."""
+  key = (cfg.nheads, cfg.headdim, cfg.dstate, precision == config_lib.BF16)
+  return _CHUNK_TILE_TABLE.get(key, ChunkTiles())
