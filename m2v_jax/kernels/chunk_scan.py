@@ -133,8 +133,9 @@ class ChunkPlan:
 
   @property
   def silu(self):
-    """The body conv's silu: `backend.silu`, approximate where y is 16-bit."""
-    return backend.silu(self.interpret, jnp.dtype(self.y_dtype).itemsize == 2)
+    """The body conv's silu: `backend.silu`, approximate at bf16 products with 16-bit y."""
+    return backend.silu(self.interpret, self.precision == config_lib.BF16
+                        and jnp.dtype(self.y_dtype).itemsize == 2)
 
   @property
   def precision(self) -> str:
