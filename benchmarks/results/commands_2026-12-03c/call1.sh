@@ -3,7 +3,7 @@
 # (16-bit y) and approximate exp in the output kernel (bf16 products), against HEAD's kernels
 # (16cc126, copied into a second tree): prefill suite in each tree, ncu of the chunked
 # kernels in each tree, then the ragged suite on the new tree.
-# head/ held 16cc126's backend, chunk_conv, chunk_scan, rowmath and tiles.py (not committed;
+# head/ held 16cc126's backend, chunk_conv, chunk_scan, rowmath and tiles.py (in commit c964239;
 # remake with: for f in backend chunk_conv chunk_scan rowmath tiles; do
 #   git show 16cc126:m2v_jax/kernels/$f.py > $D/head/$f.py; done).
 set -u

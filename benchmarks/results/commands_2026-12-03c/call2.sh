@@ -5,7 +5,7 @@
 #   new    = approx plus the body conv walking its 32-row block one row at a time, unrolled.
 # Then ncu of one chunked prefill (R=4096, bf16 table) in head and new, and the ragged suite
 # on new. Each stage under a timeout; ncu output kept to one text file per tree.
-# head/ held 16cc126's backend, chunk_conv, chunk_scan, rowmath and tiles.py (not committed;
+# head/ held 16cc126's backend, chunk_conv, chunk_scan, rowmath and tiles.py (in commit c964239;
 # remake with: for f in backend chunk_conv chunk_scan rowmath tiles; do
 #   git show 16cc126:m2v_jax/kernels/$f.py > $D/head/$f.py; done).
 set -u

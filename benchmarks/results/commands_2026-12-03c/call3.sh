@@ -4,7 +4,7 @@
 # y): prefill suite in each tree; ncu of one R=4096 bf16 prefill in the new tree, then of
 # its conv at conv_cols 512; the ragged suite on the new tree. Only the JSON results and
 # the ncu text files are left under $OUT (the device tool returns few files).
-# head/ held 16cc126's backend, chunk_conv, chunk_scan, rowmath and tiles.py (not committed;
+# head/ held 16cc126's backend, chunk_conv, chunk_scan, rowmath and tiles.py (in commit c964239;
 # remake with: for f in backend chunk_conv chunk_scan rowmath tiles; do
 #   git show 16cc126:m2v_jax/kernels/$f.py > $D/head/$f.py; done).
 set -u
