@@ -113,7 +113,8 @@ class ChunkTiles:
     out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
     fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
       `state_warps`, `state_stages`).
-    conv_rows, conv_cols, conv_warps: the body conv's block and warps.
+    conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
+      conv_rows + K-1 input rows are loaded at once, so large conv_rows spill registers).
 
   Raises:
     ValueError: a field that must be a power of two and is not, or a stage count below 1.
