@@ -58,7 +58,7 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
 for s in $STAGES; do
   case $s in
     gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false M2V_TEST_TIMEOUT=${M2V_TEST_TIMEOUT:-240} \
-                 stage gpu_tests 300 $PY -m pytest -rfE --durations=15 -m gpu tests -p no:cacheprovider -p no:benchmark -n "${M2V_TEST_WORKERS:-6}" \
+                 stage gpu_tests 420 $PY -m pytest -rfE --durations=15 -m gpu tests -p no:cacheprovider -p no:benchmark -n "${M2V_TEST_WORKERS:-12}" \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
     main|batch|loop|flush|prefill|ragged|breakdown|sweep|chunk_sweep)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
