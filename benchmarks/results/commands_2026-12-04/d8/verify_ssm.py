@@ -1,0 +1,229 @@
+"""The verify path's SSM launch: the compact fold, y in the SSD dual form, the states."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+
+from m2v_jax import status
+from m2v_jax.kernels import backend
+from m2v_jax.kernels import dual
+from m2v_jax.kernels import rowmath
+
+f32 = jnp.float32
+
+
+# Rows the compact fold loads ahead, to overlap their latency with the fold.
+FOLD_AHEAD = 1
+# Rows a long call's body segments load ahead (a prefill's body; at small batch each row's
+# fold waits on its load otherwise).
+BODY_AHEAD = 8
+
+
+def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
+                prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, alog_ref, d_ref,
+                ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
+                origin_ref=None, ssm_out_ref, pend_out_ref=None, starts_out_ref=None,
+                origin_out_ref=None, y_ref=None, plan):
+  """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
+
+  Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
+    idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
+    fold_ref                          [B] int32       rows to fold, -1: rejected
+    prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
+    xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
+    z_ref [B, R, H*P]                                 optional gate
+    alog_ref, d_ref                   [H] f32
+    ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
+    wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
+    pend_ref, starts_ref, origin_ref  [E] int32       -> *_out_ref (aliased)
+    y_ref      [B, R, H*P]                            (None in a fold)
+  """
+  cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, GN = cfg.d_inner, G * N
+  BP, NC = plan.block_p, plan.n_cols
+  chunks = [pl.ds(k * NC, NC) for k in range(N // NC)]
+  mm = backend.Products(plan.exact_rows, tensor_cores=not plan.interpret,
+                        bf16_rows=plan.y_dtype == jnp.bfloat16)
+  fma = backend.fma(plan.interpret)
+  triton = not plan.interpret
+
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  entry = idx_ref[b]
+  e = status.safe_entry(entry, plan.E)
+  n_fold = fold_ref[b]
+  valid, pad, n_fold = n_fold >= 0, entry == -1, jnp.maximum(n_fold, 0)
+  n = jnp.clip(n_ref[b], 0, R)
+  g = h // cfg.heads_per_group
+  A, D = -jnp.exp(alog_ref[h]), d_ref[h]
+  ps = pl.ds(pid_p * BP, BP)
+  xcols = pl.ds(h * P + pid_p * BP, BP)
+  bcols = [pl.ds(HP + g * N + c.start, NC) for c in chunks]
+  kt = lax.broadcasted_iota(jnp.int32, (KT,), 0)
+
+  def row(src_ref, dt_ref, *at):
+    """One row's x [BP, 1], B chunks [1, NC] (float32) and processed dt."""
+    lead, r = at[:-1], at[-1]
+    x = src_ref[lead + (r, xcols)].astype(f32)[:, None]
+    bm = [src_ref[lead + (pl.ds(r, 1), c)].astype(f32) for c in bcols]
+    return x, bm, dt_ref[lead + (r, h)]
+
+  def update(S, x, bm, dtv):
+    dtx = dtv * x
+    da = jnp.exp(dtv * A)
+    return [rowmath.state_update(s, da, dtx, bc, fma) for s, bc in zip(S, bm)]
+
+  def rounded(S):                      # as a store then a load would give it
+    return [rowmath.stored(s, plan.state_dtype, triton) for s in S]
+
+  def store_state(S, *slot):
+    for c, s in zip(chunks, S):
+      ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
+
+  def segment_tiles(t0, L):
+    """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts."""
+    rows = (b, pl.ds(t0, KT))
+    x = xr_ref[rows + (xcols,)].astype(f32)
+    bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
+    cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
+    return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
+
+  def segment_y(S, t0, L, tiles=None):
+    """Stores y of rows t0 .. t0 + L - 1 from their start state S (0 past num_rows, gated)."""
+    x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
+    live = (kt < L) & (t0 + kt < n)
+    cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
+    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum)  # [BP, KT]
+    if not body and R == KT and not plan.has_z:
+      y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
+      return
+    cols = lax.broadcasted_iota(jnp.int32, (BP, KT), 1)
+
+    def store_row(t):
+      yt = jnp.sum(jnp.where(cols == t, y, 0.0), axis=1)
+      if plan.has_z:
+        yt = rowmath.gate(yt, z_ref[b, t0 + t, xcols].astype(f32))
+      y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
+
+    backend.static_loop(L, store_row, plan.interpret)
+
+  def new_rows(S, t0, L, store, depth=1):
+    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads `depth` rows
+    ahead."""
+    def ahead(i):
+      return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
+
+    def step(i, carry):
+      S, cur, later = carry[0], carry[1], carry[2:]
+      loaded = ahead(i + depth)
+      S = update(S, *cur)
+      if store:
+        store(S, i)
+      return (S,) + later + (loaded,)
+
+    return lax.fori_loop(0, L, step, (S,) + tuple(ahead(i) for i in range(depth)))[0]
+
+  @pl.when(valid)
+  def _run():
+    L = min(R, cap)
+    # The kept segment's rows do not depend on the state: their loads go out first.
+    kept = segment_tiles(body, L) if R and not body else None
+    slot = () if plan.compact else (row_ref[b],)
+    S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
+    if plan.compact:
+      starts, origin = prev_starts_ref[b], prev_origin_ref[b]
+      last = jnp.maximum(n_fold - 1, 0)
+
+      def ring(r):                     # pending row r, clamped to the last folded row
+        return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, jnp.minimum(r, last)))
+
+      def fold_row(r, carry):
+        S, ahead = carry[0], carry[1:]
+        if plan.state_dtype != f32 and cfg.deferred:
+          began = (((starts >> r) & 1) > 0) & (r > 0)         # a later call's first row
+          S = [jnp.where(began, v, s) for v, s in zip(rounded(S), S)]
+        loaded = ring(r + FOLD_AHEAD)
+        return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
+
+      carry = (S,) + tuple(ring(r) for r in range(FOLD_AHEAD))
+      S = rounded(lax.fori_loop(0, n_fold, fold_row, carry)[0])
+      flush = status.flushes(cfg, R, n_fold, n)
+      if not body:
+        pl.when((n_fold > 0) & flush)(lambda: store_state(S))
+
+      @pl.when((pid_p == 0) & (h == 0))
+      def _():
+        _, new_pending, new_starts = status.window_after(cfg, R, n_fold, n, starts, flush)
+        pend_out_ref[e] = new_pending
+        starts_out_ref[e] = new_starts
+        origin_out_ref[e] = status.ring_origin(cfg, origin, n_fold, flush)
+    if not R:
+      return
+
+    if body:
+      full = body // cap
+
+      def body_segment(t0, L, S):
+        segment_y(S, t0, L)
+        return new_rows(S, t0, L, None, min(BODY_AHEAD, L))
+
+      if full:
+        S = lax.fori_loop(0, full, lambda j, S: body_segment(j * cap, cap, S), S)
+      if body % cap:
+        S = body_segment(full * cap, body % cap, S)
+      S = rounded(S)
+      if plan.compact:
+        store_state(S)
+
+    segment_y(S, body, L, kept)
+    if not plan.compact:
+      def store_slot(S, i):
+        pl.when(body + i < n)(lambda: store_state(S, i))
+      new_rows(S, body, L, store_slot)
+
+  if R:
+    @pl.when(~valid)
+    def _fill():
+      fill = jnp.where(pad, jnp.zeros((BP,), f32), jnp.full((BP,), jnp.nan, f32))
+
+      def fill_row(i, c):
+        y_ref[b, i, xcols] = fill.astype(y_ref.dtype)
+        return c
+
+      lax.fori_loop(0, R, fill_row, 0)
+
+
+def ssm(plan, params, state, prepped, args):
+  """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs;
+  returns its outputs by name."""
+  cfg = plan.cfg
+  H, P = cfg.nheads, cfg.headdim
+  sds = jax.ShapeDtypeStruct
+  compact = plan.compact
+  i32 = jnp.int32
+  return backend.pallas_call(
+      lambda **refs: _ssm_kernel(**refs, plan=plan),
+      inputs=dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
+                  fold_ref=prepped["fold_ref"], prev_starts_ref=prepped.get("prev_starts_ref"),
+                  prev_origin_ref=prepped.get("prev_origin_ref"),
+                  xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
+                  z_ref=args.z if plan.has_z else None, alog_ref=params.A_log, d_ref=params.D,
+                  ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
+                  wdt_ref=prepped.get("wdt_out_ref"),
+                  pend_ref=state.pending if compact else None,
+                  starts_ref=state.starts if compact else None,
+                  origin_ref=state.origin if compact else None),
+      outputs=dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype),
+                   pend_out_ref=sds((plan.E,), i32) if compact else None,
+                   starts_out_ref=sds((plan.E,), i32) if compact else None,
+                   origin_out_ref=sds((plan.E,), i32) if compact else None,
+                   y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
+      aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
+                   starts_ref="starts_out_ref", origin_ref="origin_out_ref"),
+      grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
+      num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
+      interpret=plan.interpret,
+      name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
