@@ -17,9 +17,6 @@ f32 = jnp.float32
 
 # Rows the compact fold loads ahead, to overlap their latency with the fold.
 FOLD_AHEAD = 1
-# Rows a long call's body segments load ahead (a prefill's body; at small batch each row's
-# fold waits on its load otherwise).
-BODY_AHEAD = 4
 
 
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
@@ -110,21 +107,20 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
 
     backend.static_loop(L, store_row, plan.interpret)
 
-  def new_rows(S, t0, L, store, depth=1):
-    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads `depth` rows
-    ahead."""
+  def new_rows(S, t0, L, store):
+    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead."""
     def ahead(i):
       return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
 
     def step(i, carry):
-      S, cur, later = carry[0], carry[1], carry[2:]
-      loaded = ahead(i + depth)
+      S, cur = carry
+      loaded = ahead(i + 1)
       S = update(S, *cur)
       if store:
         store(S, i)
-      return (S,) + later + (loaded,)
+      return S, loaded
 
-    return lax.fori_loop(0, L, step, (S,) + tuple(ahead(i) for i in range(depth)))[0]
+    return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
 
   @pl.when(valid)
   def _run():
@@ -168,7 +164,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
 
       def body_segment(t0, L, S):
         segment_y(S, t0, L)
-        return new_rows(S, t0, L, None, min(BODY_AHEAD, L))
+        return new_rows(S, t0, L, None)
 
       if full:
         S = lax.fori_loop(0, full, lambda j, S: body_segment(j * cap, cap, S), S)
