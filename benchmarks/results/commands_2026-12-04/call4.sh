@@ -1,9 +1,11 @@
 #!/bin/bash
 # Session 18, call 4: the verify kernels' long path at B=1 (prefill, chunked=False), body
-# segments loading 1 (head/: the kernel before this change), 4 (the working tree) and 8 (d8/)
-# rows ahead; the prefill suite's "serial" case in each tree in turn. The change was reverted after
-# this call: head/ was the kernel now in the tree, the working tree then held ahead4_verify_ssm.py
-# (recreate head/ with git show 6459c72:m2v_jax/kernels/verify_ssm.py).
+# segments loading 1 (head/), 4 (the working tree, commit 9d75038) and 8 (d8/) rows ahead; the
+# prefill suite's "serial" case in each tree in turn. The change was reverted after this call.
+# To run it again from 9d75038, first:
+#   D=benchmarks/results/commands_2026-12-04; mkdir -p $D/head $D/d8
+#   git show 6459c72:m2v_jax/kernels/verify_ssm.py > $D/head/verify_ssm.py
+#   sed 's/^BODY_AHEAD = 4$/BODY_AHEAD = 8/' m2v_jax/kernels/verify_ssm.py > $D/d8/verify_ssm.py
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 D=benchmarks/results/commands_2026-12-04
