@@ -1,5 +1,5 @@
-"""Runs one verify configuration (or, with --prefill, one chunked prefill) over and over, for a
-profiler (`ncu`) to look at.
+"""Runs one verify configuration (or, with --prefill, one prefill) over and over, for a profiler
+(`ncu`) to look at.
 
 Warms up (compiles) first, then runs `--calls` calls, each a separate dispatch, on one state
 pool; every call starts from its pool's committed rows. With ncu, skip the warm-up launches:
@@ -8,6 +8,8 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
         --set full -o /tmp/ssm python tools/profile_call.py --mode=compact --batch=128
     ncu --clock-control none --kernel-name regex:m2v_chunk --launch-skip 4 --launch-count 4 \\
         python tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096
+    ncu --clock-control none --kernel-name regex:m2v_ssm --launch-skip 1 --launch-count 1 \\
+        python tools/profile_call.py --prefill --nochunked --batch=1 --rows=37
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_s
                     "any TileConfig field as :name=value, instead of the table's")
 
 
-flags.DEFINE_bool("prefill", False, "a chunked prefill of --rows rows instead of a verify call")
+flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
+flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
+                  "launches, the body in segments of capacity rows)")
 flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles fields joined by ':' "
                     "instead of the table's")
 flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],
@@ -68,11 +72,12 @@ def main(argv):
     cfg = cfg.replace(prefill_precision=FLAGS.precision)
     ct = m.ChunkTiles(*map(int, FLAGS.chunk_tiles.split(":"))) if FLAGS.chunk_tiles else None
     step = jax.jit(lambda s: m.prefill(cfg, params, s, xbc, dt, jnp.zeros((B,), jnp.int32),
-                                       chunked=True, chunk_tiles=ct), donate_argnums=0)
+                                       chunked=FLAGS.chunked, chunk_tiles=ct), donate_argnums=0)
     for _ in range(FLAGS.calls + 1):
       y, state = step(state)
     jax.block_until_ready((y, state))
-    print(f"{FLAGS.calls + 1} chunked prefills of {cfg.replay_mode} B={B} R={R} done")
+    path = "chunked" if FLAGS.chunked else "unchunked"
+    print(f"{FLAGS.calls + 1} {path} prefills of {cfg.replay_mode} B={B} R={R} done")
     return
   # The index arrays are arguments (closed over, XLA rebuilds them with a kernel each call).
   step = jax.jit(lambda s, r, ci, nr: dispatch.kernel_call(
