@@ -17,6 +17,8 @@ from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs,
                            mark_16bit_float32_parity_gap, small_cfg)
 
 STATE_DTYPES = [jnp.bfloat16, jnp.float16]
+# (R, state_row) of B=3 calls: a serial prefill hand-off, then verify calls with changing rows.
+CALLS = [(13, [0, 0, 0]), (8, [2, 7, 4]), (5, [7, 0, 3]), (8, [1, 4, 0]), (3, [4, 2, 1])]
 
 
 def _run_modes(backend, state_dtype, calls, cfg=None, B=3, seed=0, chunked=None,
@@ -53,8 +55,7 @@ class StateDtypeChecks:
     """Serial prefill hand-off (R > capacity: rounded where compact commits), then verify
     calls with changing state_row; y after every call and the committed states agree."""
     mark_16bit_float32_parity_gap(request, self.backend, state_dtype, act)
-    calls = [(13, [0, 0, 0]), (8, [2, 7, 4]), (5, [7, 0, 3]), (8, [1, 4, 0]), (3, [4, 2, 1])]
-    out = _run_modes(self.backend, state_dtype, calls, act=act)
+    out = _run_modes(self.backend, state_dtype, CALLS, act=act)
     (ys_s, st_s, p), (ys_c, st_c, _) = out["snapshot"], out["compact"]
     for i, (a, b) in enumerate(zip(ys_s, ys_c)):
       assert_bitwise(a, b, f"y of call {i}")
@@ -104,12 +105,8 @@ class StateDtypeChecks:
     can round to the neighbouring 16-bit value. The tolerances are a tenth of what storing
     the state in bfloat16 changes (y ~2e-4, state ~2e-3 against a float32 pool), so a missing
     or extra rounding fails."""
-    cfg = small_cfg(mode="compact")
-    calls = [(11, [0, 0]), (8, [3, 6]), (8, [7, 1]), (4, [2, 0])]
-    got = _run_modes(self.backend, jnp.bfloat16, calls, cfg=cfg.replace(replay_mode="snapshot"),
-                     B=2, seed=5)
-    ref = _run_modes("reference", jnp.bfloat16, calls, cfg=cfg.replace(replay_mode="snapshot"),
-                     B=2, seed=5)
+    got = _run_modes(self.backend, jnp.bfloat16, CALLS)    # the calls of the parity test
+    ref = _run_modes("reference", jnp.bfloat16, CALLS)
     for mode in ("snapshot", "compact"):
       for i, (a, b) in enumerate(zip(got[mode][0], ref[mode][0])):
         assert_close(a, b, 2e-5, f"{mode} y of call {i}")
