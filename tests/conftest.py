@@ -17,7 +17,6 @@ one run share a persistent compilation cache.
 """
 
 import atexit
-import faulthandler
 import gc
 import importlib.util
 import os
@@ -79,20 +78,6 @@ def _bound_live_executables():
       if sum(1 for _ in f) > _MAP_BUDGET:
         jax.clear_caches()
         gc.collect()
-
-
-_TEST_LIMIT_S = float(os.environ.get("M2V_TEST_TIMEOUT", 0))
-
-
-@pytest.fixture(autouse=True)
-def _test_time_limit():
-  """With M2V_TEST_TIMEOUT=S, a test still running after S seconds prints every thread's stack
-  and ends its process (pytest-xdist then names the test as crashed and goes on)."""
-  if _TEST_LIMIT_S > 0:
-    faulthandler.dump_traceback_later(_TEST_LIMIT_S, exit=True)
-  yield
-  if _TEST_LIMIT_S > 0:
-    faulthandler.cancel_dump_traceback_later()
 
 
 GPU_SKIP_REASON = "needs a CUDA GPU (compiled Pallas Triton kernels)"

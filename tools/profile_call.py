@@ -9,7 +9,7 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
     ncu --clock-control none --kernel-name regex:m2v_chunk --launch-skip 4 --launch-count 4 \\
         python tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096
     ncu --clock-control none --kernel-name regex:m2v_ssm --launch-skip 1 --launch-count 1 \\
-        python tools/profile_call.py --prefill --nochunked --batch=1 --rows=37
+        python tools/profile_call.py --prefill --nochunked --mode=snapshot --batch=1 --rows=37
 """
 
 from __future__ import annotations

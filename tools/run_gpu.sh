@@ -26,7 +26,7 @@
 #   ncu_chunk    the same metrics on the chunked prefill's kernels (B=1, R=4096)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
 # M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers;
-# M2V_TEST_TIMEOUT ends a GPU test that runs longer (seconds, default 240).
+# M2V_TEST_TIMEOUT: pytest-timeout's limit per GPU test (seconds, default 240).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
@@ -57,8 +57,9 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   git log -1 --format='commit %H %s' 2>/dev/null; } 2>&1 | tee "$OUT/device.txt"
 for s in $STAGES; do
   case $s in
-    gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false M2V_TEST_TIMEOUT=${M2V_TEST_TIMEOUT:-240} \
-                 stage gpu_tests 420 $PY -m pytest -rfE --durations=15 -m gpu tests -p no:cacheprovider -p no:benchmark -n "${M2V_TEST_WORKERS:-12}" \
+    gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 420 \
+                 $PY -m pytest --durations=15 -m gpu tests -p no:cacheprovider -p no:benchmark \
+                 -n "${M2V_TEST_WORKERS:-12}" --timeout="${M2V_TEST_TIMEOUT:-240}" --timeout-method=thread \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
     main|batch|loop|flush|prefill|ragged|breakdown|sweep|chunk_sweep)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;

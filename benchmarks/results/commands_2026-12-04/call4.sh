@@ -12,8 +12,9 @@ D=benchmarks/results/commands_2026-12-04
 rm -rf /tmp/head /tmp/d8 /tmp/runs
 for t in head d8; do cp -r . /tmp/$t && cp $D/$t/verify_ssm.py /tmp/$t/m2v_jax/kernels/; done
 date -u
-for tag in head new d8 new; do
-  tree=$([ $tag = new ] && echo $PWD || echo /tmp/$tag)
+# As run, the loop read `head new d8 new`: the second new run overwrote the first one's JSON.
+for tag in head new d8 new2; do
+  tree=$([ ${tag#new} != $tag ] && echo $PWD || echo /tmp/$tag)
   (cd $tree && M2V_STAGES="prefill" M2V_LIMIT_PREFILL=70 \
     M2V_BENCH_ARGS="--lengths=24,37,48,72,136 --prefill_cases=serial" \
     OUT=/tmp/runs/$tag bash tools/run_gpu.sh 2>&1 | grep "^|.*B=1\|Error\|exit")
