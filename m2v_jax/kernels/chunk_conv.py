@@ -16,12 +16,16 @@ f32 = jnp.float32
 INTERPRET_UNROLL = 8     # body-conv rows per loop step interpreted (compiled: all of a block's)
 
 
+def _weights(plan, w_ref, bias_ref, cols, rows=False):
+  """The K taps and the bias of channels `cols` as float32, each [BC] ([1, BC] with `rows`)."""
+  load = lambda v: v.astype(f32)[None, :] if rows else v.astype(f32)
+  return [load(w_ref[cols, k]) for k in range(plan.cfg.d_conv)], load(bias_ref[cols])
+
+
 def _output(plan, w_ref, bias_ref, cols, window):
   """Post-conv rows [rows, BC] from `window(k)`, the rows' tap k as float32."""
-  K = plan.cfg.d_conv
-  taps = [w_ref[cols, k].astype(f32)[None, :] for k in range(K)]
-  bias = bias_ref[cols].astype(f32)[None, :]
-  return rowmath.conv_output(taps, [lambda k=k: window(k) for k in range(K)], bias,
+  taps, bias = _weights(plan, w_ref, bias_ref, cols, rows=True)
+  return rowmath.conv_output(taps, [lambda k=k: window(k) for k in range(len(taps))], bias,
                              plan.y_dtype, not plan.interpret, plan.silu)
 
 
@@ -49,8 +53,7 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_r
   def _conv():
     r0, n = row_ref[i] + t0, len_ref[i]
     load = lambda r: xbc_ref[jnp.clip(r, 0, T - 1), cols].astype(f32)       # [BC]
-    taps = [w_ref[cols, k].astype(f32) for k in range(K)]
-    bias = bias_ref[cols].astype(f32)
+    taps, bias = _weights(plan, w_ref, bias_ref, cols)
 
     def rows(g, win):
       win = list(win) + [load(r0 + g * U + u) for u in range(U)]   # loads before any store
