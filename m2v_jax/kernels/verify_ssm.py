@@ -246,9 +246,12 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref=None, prev_starts_ref=None,
 
       @pl.when(backend.arrive(cnt_out_ref, (e, g, 0)) == PPG - 1)
       def _group_last():
-        for c in bcols + ccols:
-          win = window(c)
-          store_conv_state(c, win, taps_in(c, win), live_rows)
+        cols = bcols + ccols
+        wins = [window(c) for c in cols]
+        taps = [taps_in(c, w) for c, w in zip(cols, wins)]
+        backend.barrier(plan.interpret)  # the windows are read before they are overwritten
+        for c, w, tp in zip(cols, wins, taps):
+          store_conv_state(c, w, tp, live_rows)
         cnt_out_ref[e, g, 0] = jnp.int32(0)
         if last_of_sequence is not None:
           @pl.when(backend.arrive(cnt_out_ref, (e, 0, 1)) == G - 1)
