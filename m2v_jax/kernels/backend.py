@@ -88,11 +88,6 @@ def barrier(interpret: bool) -> None:
     plt.debug_barrier()
 
 
-def arrive(ref, idx):
-  """Atomically adds 1 to `ref[idx]` (acquire-release, GPU scope); returns the value before."""
-  return plt.atomic_add(ref, tuple(jnp.asarray(i, jnp.int32) for i in idx), jnp.int32(1))
-
-
 def static_loop(n: int, body, interpret: bool) -> None:
   """`body(i)` for i < n: unrolled where compiled (static indices), a `fori_loop` interpreted,
   where an unrolled loop makes XLA:CPU compile each copy."""

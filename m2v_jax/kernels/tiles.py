@@ -41,8 +41,6 @@ class TileConfig:
     n_cols: columns of the state's chunks (at most N).
     block_c: conv channels per conv program.
     prep_warps: warps per conv program.
-    fused: 1 runs a call of at most `capacity` rows as one launch (conv and dt in the SSM
-      programs).
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1.
@@ -54,12 +52,9 @@ class TileConfig:
   n_cols: int = 64
   block_c: int = 128
   prep_warps: int = 4
-  fused: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
-    if self.fused not in (0, 1):
-      raise ValueError(f"TileConfig.fused: expected 0 or 1, got {self.fused}")
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
 

@@ -84,11 +84,6 @@ class Plan:
     return min(self.tiles.n_cols, self.cfg.dstate)
 
   @property
-  def fused(self) -> bool:
-    """One launch: the SSM programs run the conv of their rows (`TileConfig.fused`, R <= cap)."""
-    return bool(self.tiles.fused) and 0 < self.R <= self.cap
-
-  @property
   def exact_rows(self) -> bool:
     """16-bit activations: x, B and C exact in TF32."""
     return self.y_dtype != jnp.dtype(f32)
@@ -97,12 +92,8 @@ class Plan:
 def run(plan: Plan, params, state, args):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
   in a fold; new state)."""
-  if plan.fused:
-    out = verify_ssm.ssm(plan, params, state, None, args)
-    prepped = out
-  else:
-    prepped = verify_conv.conv(plan, params, state, args)
-    out = verify_ssm.ssm(plan, params, state, prepped, args)
+  prepped = verify_conv.conv(plan, params, state, args)
+  out = verify_ssm.ssm(plan, params, state, prepped, args)
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       last_xbc=prepped["last_out_ref"], win_xb=prepped["wxb_out_ref"],

@@ -29,22 +29,6 @@ def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
           starts)
 
 
-def window(plan, conv_ref, last_ref, e, row, pending, cs):
-  """The K-1 raw rows [len(cs)] float32 before the call's first row, channels `cs`: compact,
-  the last K-1 of [conv | last call's rows up to `row`]; snapshot, slot `row`."""
-  K1 = plan.cfg.d_conv - 1
-  if not plan.compact:
-    return [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
-  off = jnp.where(pending > 0, row + 1, 0)
-  win = []
-  for j in range(K1):
-    q = off + j
-    old = conv_ref[e, cs, jnp.clip(q, 0, K1 - 1)].astype(f32)
-    raw = last_ref[e, jnp.clip(q - K1, 0, plan.cap - 1), cs].astype(f32)
-    win.append(jnp.where(q < K1, old, raw))
-  return win
-
-
 def _shared(idx_ref, b, entry, B):
   """Whether pool entry `entry` of sequence b is also another sequence's (one vector load)."""
   j = lax.broadcasted_iota(jnp.int32, (tiles_lib.next_pow2(B),), 0)
@@ -94,7 +78,17 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     cs = pl.ds(pid * BC, BC)
     taps = [w_ref[cs, k] for k in range(K1 + 1)]
     bias = bias_ref[cs]
-    win = window(plan, conv_ref, last_ref, e, row, pending, cs)
+    if plan.compact:
+      # The window after row `row` of the last call: the last K-1 of [conv | raw rows].
+      off = jnp.where(pending > 0, row + 1, 0)
+      win = []
+      for j in range(K1):
+        q = off + j
+        old = conv_ref[e, cs, jnp.clip(q, 0, K1 - 1)].astype(f32)
+        raw = last_ref[e, jnp.clip(q - K1, 0, cap - 1), cs].astype(f32)
+        win.append(jnp.where(q < K1, old, raw))
+    else:
+      win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
     # Compiled, all loads before the barrier (one round trip; the window is read before it is
     # overwritten); interpreted, the rows run in a fori_loop: a smaller program to compile.
     raws = [xbc_ref[b, i, cs] for i in range(R)] if R and R <= cap and triton else None
