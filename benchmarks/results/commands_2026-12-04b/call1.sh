@@ -1,4 +1,5 @@
 #!/bin/bash
+# Ran on the tree of commit 9a579c6; the fused code was reverted after call 2 (it is in 3229851).
 # Session 19, call 1: the one-launch verify path (TileConfig.fused) against the two launches:
 # compiled bitwise tests, ncu of the SSM kernel at B=32 and B=1, and a tile sweep with fixed
 # rows (b % 8) at B=1/8/32/128 in both modes.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# Ran on the tree of commit 3229851; the fused code was reverted after this call.
 # Session 19, call 2: the fused kernel under ncu (B=32, B=1) after the epilogue's barrier fix,
 # the compiled fused tests again, and every kernel of one compact B=1 call (all names).
 set -u
