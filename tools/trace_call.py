@@ -1,0 +1,118 @@
+"""Device timeline of verify calls from JAX's profiler: each kernel's duration and the gap
+before it, and per call the kernels' sum against the span they cover.
+
+Runs `--calls` calls of one configuration inside one jitted step (as `benchmarks/bench.py`
+times them), traces a few steps with `jax.profiler` (CUPTI on a GPU), and reads the Perfetto
+trace it writes. Where ncu serializes launches and times each kernel alone, this shows the
+launch gaps and anything else that runs on the device between a call's kernels:
+
+    python tools/trace_call.py --mode=compact --batch=1 --calls=16
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import os
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+import m2v_jax as m
+from m2v_jax import dispatch, status
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
+flags.DEFINE_integer("batch", 1, "sequences B")
+flags.DEFINE_integer("rows", 8, "rows R per call")
+flags.DEFINE_integer("calls", 16, "calls per jitted step")
+flags.DEFINE_integer("steps", 3, "traced steps")
+flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
+flags.DEFINE_string("tiles", None, "verify tiles, as `TileConfig.replace_from_text` reads them")
+flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
+flags.DEFINE_enum("geometry", "bolt", ["bolt", "small"], "bolt, or a small one for a CPU run "
+                  "(kernels interpreted)")
+
+
+def device_events(trace_dir):
+  """[(name, start µs, duration µs)] of the trace's device events (GPU streams, or the CPU
+  backend's XLA ops), sorted by start."""
+  path = max(glob.glob(os.path.join(trace_dir, "**", "*perfetto_trace.json.gz"),
+                       recursive=True), key=os.path.getmtime)
+  with gzip.open(path, "rt") as fh:
+    events = json.load(fh)
+  events = events["traceEvents"] if isinstance(events, dict) else events
+  names = {e["pid"]: e.get("args", {}).get("name", "") for e in events
+           if e.get("ph") == "M" and e.get("name") == "process_name"}
+  gpu = {pid for pid, n in names.items() if "GPU" in n or "gpu" in n}
+  pids = gpu or {pid for pid, n in names.items() if "XLA" in n or "CPU" in n}
+  out = [(e["name"], float(e["ts"]), float(e.get("dur", 0.0))) for e in events
+         if e.get("ph") == "X" and e.get("pid") in pids and not e["name"].startswith("$")]
+  return sorted(out, key=lambda e: e[1])
+
+
+def main(argv):
+  del argv
+  backend = m.resolve_backend(None)
+  if backend != "pallas":
+    backend = "interpret"              # no GPU: the kernels interpreted on the CPU
+  geometry = m.BOLT if FLAGS.geometry == "bolt" else m.Mamba2Config(nheads=8, headdim=16,
+                                                                    dstate=32, ngroups=2)
+  cfg = geometry.replace(replay_mode=FLAGS.mode,
+                       window=FLAGS.window if FLAGS.mode == "compact" else None)
+  B, R, K = FLAGS.batch, FLAGS.rows, FLAGS.calls
+  rng = np.random.default_rng(0)
+  params = m.random_params(cfg)
+  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), jnp.bfloat16)
+  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), jnp.bfloat16)
+  rows = jnp.asarray(np.arange(B) % R, jnp.int32)
+  ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
+  tiles = m.tile_config(cfg)
+  if FLAGS.tiles:
+    tiles = tiles.replace_from_text(FLAGS.tiles)
+
+  def many(s, r, ci, nr):
+    ys = []
+    for _ in range(K):
+      y, s = dispatch.kernel_call(cfg, backend, params, s, status.call_args(xbc, dt, r, None,
+                                                                            ci, nr), tiles)
+      ys.append(y)
+    return s, ys
+
+  step = jax.jit(many, donate_argnums=0)
+  state = m.init_state(cfg, B, jnp.bfloat16)
+  state, _ = step(state, jnp.zeros((B,), jnp.int32), ci, nr)     # compile; R rows pending
+  for _ in range(2):
+    state, _ = step(state, rows, ci, nr)
+  jax.block_until_ready(state)
+  trace_dir = tempfile.mkdtemp(prefix="m2v_trace_")
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    for _ in range(FLAGS.steps):
+      state, ys = step(state, rows, ci, nr)
+    jax.block_until_ready((state, ys))
+  events = device_events(trace_dir)
+  per_step = len(events) // FLAGS.steps
+  last = events[-per_step:] if per_step else []
+  print(f"{cfg.replay_mode} B={B} R={R} on {backend}: {len(events)} device events in "
+        f"{FLAGS.steps} steps of {K} calls ({trace_dir})")
+  print("| event | start µs | µs | gap before µs |\n|---|---|---|---|")
+  for i, (name, ts, dur) in enumerate(last[:FLAGS.show]):
+    gap = ts - (last[i - 1][1] + last[i - 1][2]) if i else 0.0
+    print(f"| {name[:48]} | {ts - last[0][1]:.1f} | {dur:.2f} | {gap:.2f} |")
+  if last:
+    span = last[-1][1] + last[-1][2] - last[0][1]
+    busy = collections.Counter()
+    for name, _, dur in last:
+      busy[name.split("(")[0][:40]] += dur
+    print(f"\nper call: span {span / K:.2f} µs, device busy {sum(busy.values()) / K:.2f} µs")
+    for name, total in busy.most_common(8):
+      print(f"  {name}: {total / K:.2f} µs per call")
+
+
+if __name__ == "__main__":
+  app.run(main)
