@@ -3,10 +3,12 @@
 Every timed step is one jitted dispatch that runs the op once on each of
 `banks` separate state sets, donated, so every call updates its own set in place. The sets
 together should exceed the L2 cache (60 MB on the H200) so that it cannot hold a set's state
-between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2,
-not for compact at B=1 (8 x 4.5 MiB), whose times may be flattered by L2 hits. Steps are
-issued back to back without synchronizing, so the host runs ahead and the wall clock over a
-block measures the device stream. Blocks of A and B alternate (ABBA), several warm-up steps
+between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2;
+the loop suite gives compact at B=1 16 banks (72 MiB). Steps are issued back to back without
+synchronizing, so the host runs ahead and the wall clock over a block measures the device
+stream, as long as a step's dispatch takes the host less time than the step takes the device.
+At B=1 it may not (a step of 128 calls over 16 sets has ~400 arguments), so the loop suite
+prints beside each time its kernels' device time per call from a profiler trace. Blocks of A and B alternate (ABBA), several warm-up steps
 come first, and a result is the median over blocks with the ratio of means and its bootstrap
 95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
 and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
@@ -440,22 +442,27 @@ STATE_NAMES = {"float32": "", "bfloat16": " state=bf16", "float16": " state=f16"
 
 
 def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=None,
-              state_dtype=jnp.float32):
+              state_dtype=jnp.float32, tiles=None):
   """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
   `acceptance_table`, a new draw for every call of a step, on a pool whose SSM state is
-  stored in `state_dtype`; nbytes is the mean compulsory bytes of its calls."""
+  stored in `state_dtype`, with the verify kernels' `tiles` (default: the table's); nbytes is
+  the mean compulsory bytes of its calls."""
   rounds = -(-(min_calls or _min_calls) // banks)
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
 
-  # Every call's index arrays are arguments of the step, as a serving loop passes them, and
-  # checked as the public ops check device values (shared entries rejected on the device).
+  # Every call's index arrays are arguments of the step, as a serving loop passes them (one
+  # table with a slice per call would add a device copy per call), and checked as the public
+  # ops check device values (shared entries rejected on the device).
   def fn(state, params, xbc, dt, rows, nrows, ci, call):
     r, j = call
-    y, state = dispatch.call(params, state,
-                             status.call_args(xbc, dt, rows[r][j], None, ci, nrows[r][j]),
-                             cfg=cfg, backend=_backend_name, chunked=False, ragged=False,
-                             entries_checked=False)
+    args = status.call_args(xbc, dt, rows[r][j], None, ci, nrows[r][j])
+    if tiles is not None:
+      y, state = dispatch.kernel_call(cfg, _backend_name, params, state, args, tiles,
+                                      entries_checked=False)
+    else:
+      y, state = dispatch.call(params, state, args, cfg=cfg, backend=_backend_name,
+                               chunked=False, ragged=False, entries_checked=False)
     return state, y
 
   warm = None
@@ -472,7 +479,8 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
                           for r in range(rounds) for j in range(banks)]))
   name = (f"{cfg.replay_mode} B={B} R={R} row=accept" + (" num_rows=accept" if vary_rows else "")
           + (f" W={cfg.window}" if cfg.compact and cfg.deferred else "")
-          + STATE_NAMES[jnp.dtype(state_dtype).name] + f" {_backend_name}")
+          + STATE_NAMES[jnp.dtype(state_dtype).name] + f" {_backend_name}"
+          + (f" {_tiles_text(tiles)}" if tiles is not None else ""))
   return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype, state_dtype=state_dtype),
                    banks,
                    nbytes=nbytes, warm_fn=warm, rounds=rounds,
@@ -486,29 +494,42 @@ def _per_call(table):
 
 
 def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(32,),
-               state_dtypes=("float32",), windows=()):
+               state_dtypes=("float32",), windows=(), tile_variants=()):
   """Both modes at R=8 as a decode loop runs them: every call draws its `state_row` from
   the acceptance mix (`ACCEPT_PROB`), amortized time per call; at `vary_batches`, also with
-  `num_rows` varying from call to call; each of `state_dtypes` (the pool's SSM storage) and
-  compact mode with each deferred-commit window of `windows`, timed interleaved. Ratio:
-  snapshot time over compact time of the same storage."""
+  `num_rows` varying from call to call; each of `state_dtypes` (the pool's SSM storage),
+  compact mode with each deferred-commit window of `windows` and with each of
+  `tile_variants` (`TileConfig.replace_from_text`), timed interleaved. Ratio: snapshot time
+  over compact time of the same storage."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
   for B in batches:
     for vary in (False, True) if B in vary_batches else (False,):
-      nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
+      nb = max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
+      # B=1: compact state past the L2 (16 x 4.5 MiB) and enough calls per dispatch that the
+      # host's dispatch stays below the device's time.
+      if B == 1 and _backend_name == config_lib.PALLAS:
+        nb, calls = max(nb, 16), max(_min_calls, 128)
+      else:
+        calls = None
       pairs = [[loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
-                          state_dtype=jnp.dtype(sdt))
+                          state_dtype=jnp.dtype(sdt), min_calls=calls)
                 for cfg in [snap, comp] + [comp.replace(window=w) for w in windows]]
+               + [loop_case(comp, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
+                            state_dtype=jnp.dtype(sdt), min_calls=calls,
+                            tiles=tiles_lib.tile_config(comp).replace_from_text(v))
+                  for v in tile_variants]
                for sdt in state_dtypes]
       cases = [c for group in pairs for c in group]
       t = time_cases(cases, blocks)
+      busy = {c.name: sum(kernel_times(c, steps=3).values()) or None for c in cases}
       for a, *others in pairs:
-        rows_out.append(_row(a, t[a.name], bw))
+        rows_out.append(_row(a, t[a.name], bw, busy=busy[a.name]))
         for b in others:
-          rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+          rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name]),
+                               busy=busy[b.name]))
       print(format_rows(rows_out[-len(cases):]), flush=True)
       del cases
   return rows_out
@@ -793,7 +814,8 @@ def chunk_scratch_mb(cfg, R, dtype, B=1) -> float:
   return chunk_scan.scratch_bytes(plan) / 1e6
 
 
-def _row(case: Case, times, bw, ratio=None):
+def _row(case: Case, times, bw, ratio=None, busy=None):
+  """A result row; `busy`: the kernels' device time per call from a trace (µs), where taken."""
   med = statistics.median(times)
   floor = case.nbytes / bw if case.nbytes else None
   return dict(name=case.name, median_us=med * 1e6, min_us=min(times) * 1e6,
@@ -801,12 +823,14 @@ def _row(case: Case, times, bw, ratio=None):
               x_floor=med / floor if floor else None,
               gbps=case.nbytes / med / 1e9 if case.nbytes else None,
               tflops=case.flops / med / 1e12 if case.flops else None,
-              ratio=ratio)
+              ratio=ratio, busy_us=busy)
 
 
 def format_rows(rows) -> str:
-  lines = ["| case | median µs | min µs | floor µs | x floor | GB/s | TFLOP/s | ratio (95% CI) |",
-           "|---|---|---|---|---|---|---|---|"]
+  busy = any(r.get("busy_us") for r in rows)
+  lines = ["| case | median µs | min µs | floor µs | x floor | GB/s | TFLOP/s | ratio (95% CI) |"
+           + (" kernels µs |" if busy else ""), "|---|---|---|---|---|---|---|---|"
+           + ("---|" if busy else "")]
   for r in rows:
     ratio = (f"{r['ratio'][0]:.2f} ({r['ratio'][1]:.2f}-{r['ratio'][2]:.2f})"
              if r.get("ratio") else "")
@@ -815,7 +839,8 @@ def format_rows(rows) -> str:
     gb = f"{r['gbps']:.0f}" if r["gbps"] else ""
     tf = f"{r['tflops']:.1f}" if r.get("tflops") else ""
     lines.append(f"| {r['name']} | {r['median_us']:.2f} | {r['min_us']:.2f} | {floor} | {xf} "
-                 f"| {gb} | {tf} | {ratio} |")
+                 f"| {gb} | {tf} | {ratio} |"
+                 + (f" {r['busy_us']:.2f} |" if r.get("busy_us") else " |" if busy else ""))
   return "\n".join(lines)
 
 
@@ -838,6 +863,8 @@ flags.DEFINE_list("vary_batches", ["32"], "batch sizes at which the loop suite a
                   "num_rows (empty: none)")
 flags.DEFINE_list("windows", [], "deferred-commit windows of compact mode in the loop suite "
                   "(e.g. 16,32)")
+flags.DEFINE_list("loop_tiles", [], "verify tiles of extra compact cases in the loop suite "
+                  "(as --sweep_tiles), timed beside the table's")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"], "cases of the prefill suite")
@@ -893,7 +920,8 @@ def main(argv):
                 loop=functools.partial(suite_loop, batches=[int(b) for b in FLAGS.batches],
                                        vary_batches=[int(b) for b in FLAGS.vary_batches],
                                        state_dtypes=FLAGS.state_dtypes,
-                                       windows=[int(w) for w in FLAGS.windows]),
+                                       windows=[int(w) for w in FLAGS.windows],
+                                       tile_variants=FLAGS.loop_tiles),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths],
                                           kinds=FLAGS.prefill_cases),
                 ragged=functools.partial(suite_ragged,

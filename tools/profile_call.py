@@ -29,6 +29,7 @@ flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
 flags.DEFINE_integer("batch", 128, "sequences B")
 flags.DEFINE_integer("rows", 8, "rows R per call")
 flags.DEFINE_integer("calls", 6, "calls after the warm-up")
+flags.DEFINE_integer("state_row", None, "every sequence's state_row (default: b % rows, mixed)")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
 flags.DEFINE_enum("state_dtype", "float32", ["bfloat16", "float16", "float32"],
                   "SSM state storage dtype")
@@ -63,7 +64,8 @@ def main(argv):
   state = m.init_state(cfg, B, dtype, state_dtype=FLAGS.state_dtype)
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
-  rows = jnp.asarray(np.arange(B) % R, jnp.int32)          # mixed acceptance
+  rows = jnp.asarray(np.arange(B) % R if FLAGS.state_row is None     # mixed acceptance
+                     else np.full(B, FLAGS.state_row), jnp.int32)
   tiles = m.tile_config(cfg)
   if FLAGS.tiles:
     tiles = tiles.replace_from_text(FLAGS.tiles)
