@@ -7,8 +7,9 @@ between two calls on it: true for snapshot banks (33 MiB a sequence) and for bat
 the loop suite gives compact at B=1 16 banks (72 MiB). Steps are issued back to back without
 synchronizing, so the host runs ahead and the wall clock over a block measures the device
 stream, as long as a step's dispatch takes the host less time than the step takes the device.
-At B=1 it may not (a step of 128 calls over 16 sets has ~400 arguments), so the loop suite
-prints beside each time its kernels' device time per call from a profiler trace. Blocks of A and B alternate (ABBA), several warm-up steps
+At B=1 it may not, so the loop suite runs B=1 over 16 sets as slices of one pool at 128
+calls per dispatch (few arguments) and prints beside each time its kernels' device time per
+call from a profiler trace. Blocks of A and B alternate (ABBA), several warm-up steps
 come first, and a result is the median over blocks with the ratio of means and its bootstrap
 95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
 and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
@@ -442,21 +443,28 @@ STATE_NAMES = {"float32": "", "bfloat16": " state=bf16", "float16": " state=f16"
 
 
 def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=None,
-              state_dtype=jnp.float32, tiles=None):
+              state_dtype=jnp.float32, tiles=None, pooled=False):
   """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
   `acceptance_table`, a new draw for every call of a step, on a pool whose SSM state is
   stored in `state_dtype`, with the verify kernels' `tiles` (default: the table's); nbytes is
-  the mean compulsory bytes of its calls."""
+  the mean compulsory bytes of its calls. `pooled`: the `banks` sets are B-entry slices of
+  one pool of banks * B entries (`cache_indices` pick them), as a serving engine's pool,
+  which keeps the step's arguments few."""
   rounds = -(-(min_calls or _min_calls) // banks)
   rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
   xbc, dt = _inputs(cfg, B, R, dtype)
+  sets = 1 if pooled else banks
+  entries = banks * B if pooled else B
+  cis = tuple(jnp.arange(j * B, (j + 1) * B, dtype=jnp.int32) for j in range(banks if pooled
+                                                                             else 1))
 
   # Every call's index arrays are arguments of the step, as a serving loop passes them (one
   # table with a slice per call would add a device copy per call), and checked as the public
   # ops check device values (shared entries rejected on the device).
-  def fn(state, params, xbc, dt, rows, nrows, ci, call):
-    r, j = call
-    args = status.call_args(xbc, dt, rows[r][j], None, ci, nrows[r][j])
+  def fn(state, params, xbc, dt, rows, nrows, cis, call):
+    r, j = divmod(call[0], banks) if pooled else call
+    nr = nrows[r][j] if vary_rows else nrows
+    args = status.call_args(xbc, dt, rows[r][j], None, cis[j if pooled else 0], nr)
     if tiles is not None:
       y, state = dispatch.kernel_call(cfg, _backend_name, params, state, args, tiles,
                                       entries_checked=False)
@@ -468,8 +476,8 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   warm = None
   if cfg.compact:
     warm_call = jax.jit(verify_fn(cfg, config_lib.REFERENCE), donate_argnums=0)
-    wx, wd = _inputs(cfg, B, R, dtype, seed=1)
-    warm_idx = index_args(B, R, 0)
+    wx, wd = _inputs(cfg, entries, R, dtype, seed=1)
+    warm_idx = index_args(entries, R, 0)
     warm = lambda s: warm_call(s, params, wx, wd, *warm_idx)[0]
   traffic = window_traffic(cfg, rows, nrows, R) if cfg.compact else None
   nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j],
@@ -481,11 +489,11 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
           + (f" W={cfg.window}" if cfg.compact and cfg.deferred else "")
           + STATE_NAMES[jnp.dtype(state_dtype).name] + f" {_backend_name}"
           + (f" {_tiles_text(tiles)}" if tiles is not None else ""))
-  return make_case(name, fn, lambda: state_lib.init_state(cfg, B, dtype, state_dtype=state_dtype),
-                   banks,
-                   nbytes=nbytes, warm_fn=warm, rounds=rounds,
-                   args=(params, xbc, dt, _per_call(rows), _per_call(nrows),
-                         jnp.arange(B, dtype=jnp.int32)))
+  return make_case(name, fn, lambda: state_lib.init_state(cfg, entries, dtype,
+                                                         state_dtype=state_dtype),
+                   sets, nbytes=nbytes, warm_fn=warm, rounds=rounds * banks // sets,
+                   args=(params, xbc, dt, _per_call(rows),
+                         _per_call(nrows) if vary_rows else jnp.full((B,), R, jnp.int32), cis))
 
 
 def _per_call(table):
@@ -508,17 +516,15 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
   for B in batches:
     for vary in (False, True) if B in vary_batches else (False,):
       nb = max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
-      # B=1: compact state past the L2 (16 x 4.5 MiB) and enough calls per dispatch that the
-      # host's dispatch stays below the device's time.
-      if B == 1 and _backend_name == config_lib.PALLAS:
-        nb, calls = max(nb, 16), max(_min_calls, 128)
-      else:
-        calls = None
+      # B=1: 16 sets (compact: 72 MiB, past the L2) as slices of one pool, 128 calls per
+      # dispatch, so that the host's dispatch of a step stays below the device's time.
+      pooled = B == 1 and _backend_name == config_lib.PALLAS
+      nb, calls = (max(nb, 16), max(_min_calls, 128)) if pooled else (nb, None)
       pairs = [[loop_case(cfg, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
-                          state_dtype=jnp.dtype(sdt), min_calls=calls)
+                          state_dtype=jnp.dtype(sdt), min_calls=calls, pooled=pooled)
                 for cfg in [snap, comp] + [comp.replace(window=w) for w in windows]]
                + [loop_case(comp, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
-                            state_dtype=jnp.dtype(sdt), min_calls=calls,
+                            state_dtype=jnp.dtype(sdt), min_calls=calls, pooled=pooled,
                             tiles=tiles_lib.tile_config(comp).replace_from_text(v))
                   for v in tile_variants]
                for sdt in state_dtypes]
