@@ -120,8 +120,11 @@ class CompactChecks:
 
   @pytest.mark.parametrize("window", [None, 16, 32])
   def test_forty_steps_random_acceptance_against_reference(self, window):
-    """40 verify steps with random acceptance: compact kernels vs the jax.numpy reference,
-    without and with deferred commit (the window's bookkeeping equal too)."""
+    """40 verify calls of 8 rows, each sequence with its own random num_rows (1-8) and
+    accepted row: compact kernels vs the jax.numpy reference, without and with deferred
+    commit (the window's bookkeeping equal too). The row counts vary per sequence in one call
+    shape; every variant has short and full sequences, and a window both defers and
+    flushes."""
     cfg = small_cfg(mode="compact", window=window)
     p = m.random_params(cfg, 4)
     rng = np.random.default_rng(4)
@@ -129,15 +132,22 @@ class CompactChecks:
     k = m.init_state(cfg, B, jnp.float32)
     r = m.init_state(cfg, B, jnp.float32)
     rows = np.zeros(B, np.int32)
+    seen = set()
     for step in range(40):
-      R = int(rng.integers(1, 9))
-      xbc, dt = inputs(cfg, B, R, rng=rng)
-      yk, k = m.verify(cfg, p, k, xbc, dt, rows, backend=self.backend)
-      yr, r = m.verify(cfg, p, r, xbc, dt, rows, backend="reference")
+      n = rng.integers(1, 9, B).astype(np.int32)
+      xbc, dt = inputs(cfg, B, 8, rng=rng)
+      held = np.asarray(k.pending)
+      yk, k = m.verify(cfg, p, k, xbc, dt, rows, num_rows=n, backend=self.backend)
+      yr, r = m.verify(cfg, p, r, xbc, dt, rows, num_rows=n, backend="reference")
       assert_close(yk, yr, 1e-5, f"y at step {step}")
       assert_bitwise(k.pending, r.pending, f"pending at step {step}")
       assert_bitwise(k.starts, r.starts, f"starts at step {step}")
-      rows = rng.integers(0, R, B).astype(np.int32)
+      pending = np.asarray(k.pending)
+      seen |= {"short" if nb < 8 else "full" for nb in n}
+      seen |= {"deferred" for b in range(B) if pending[b] > n[b]}
+      seen |= {"flushed" for b in range(B) if held[b] > 0 and pending[b] == n[b]}
+      rows = rng.integers(0, n).astype(np.int32)
+    assert seen == ({"short", "full", "flushed"} | ({"deferred"} if window else set())), seen
     a = m.committed_state(cfg, p, k, rows, backend=self.backend)
     b = m.committed_state(cfg, p, r, rows, backend="reference")
     assert_close(a[0], b[0], 1e-5, "final committed ssm")
