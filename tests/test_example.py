@@ -72,8 +72,14 @@ DECODE = os.path.join(HERE, "..", "examples", "decode.py")
 
 
 def run_decode(*args, timeout=600):
+  # The test run's persistent compilation cache (conftest), which holds the decoder's
+  # programs that the in-process decoder tests compiled.
+  cache = {"JAX_COMPILATION_CACHE_DIR": os.environ["M2V_TEST_JAX_CACHE"],
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"} if (
+               "M2V_TEST_JAX_CACHE" in os.environ) else {}
   return subprocess.run([sys.executable, DECODE, *args], capture_output=True, text=True,
-                        timeout=timeout, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+                        timeout=timeout, env=dict(os.environ, JAX_PLATFORMS="cpu", **cache))
 
 
 def test_decoder_bad_flag_is_one_line_and_help_exits_zero():
