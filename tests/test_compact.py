@@ -120,11 +120,10 @@ class CompactChecks:
 
   @pytest.mark.parametrize("window", [None, 16, 32])
   def test_forty_steps_random_acceptance_against_reference(self, window):
-    """40 verify calls of 8 rows, each sequence with its own random num_rows (1-8) and
+    """40 verify calls of 3 or 8 rows, each sequence with its own random num_rows and
     accepted row: compact kernels vs the jax.numpy reference, without and with deferred
-    commit (the window's bookkeeping equal too). The row counts vary per sequence in one call
-    shape; every variant has short and full sequences, and a window both defers and
-    flushes."""
+    commit (the window's bookkeeping equal too). Two call shapes; every variant has short
+    and full sequences, and a window both defers and flushes."""
     cfg = small_cfg(mode="compact", window=window)
     p = m.random_params(cfg, 4)
     rng = np.random.default_rng(4)
@@ -134,8 +133,9 @@ class CompactChecks:
     rows = np.zeros(B, np.int32)
     seen = set()
     for step in range(40):
-      n = rng.integers(1, 9, B).astype(np.int32)
-      xbc, dt = inputs(cfg, B, 8, rng=rng)
+      R = int(rng.choice([3, 8]))
+      n = rng.integers(1, R + 1, B).astype(np.int32)
+      xbc, dt = inputs(cfg, B, R, rng=rng)
       held = np.asarray(k.pending)
       yk, k = m.verify(cfg, p, k, xbc, dt, rows, num_rows=n, backend=self.backend)
       yr, r = m.verify(cfg, p, r, xbc, dt, rows, num_rows=n, backend="reference")
@@ -143,11 +143,12 @@ class CompactChecks:
       assert_bitwise(k.pending, r.pending, f"pending at step {step}")
       assert_bitwise(k.starts, r.starts, f"starts at step {step}")
       pending = np.asarray(k.pending)
-      seen |= {"short" if nb < 8 else "full" for nb in n}
+      seen |= {"short" if nb < 8 else "full" for nb in n} | {f"R={R}"}
       seen |= {"deferred" for b in range(B) if pending[b] > n[b]}
       seen |= {"flushed" for b in range(B) if held[b] > 0 and pending[b] == n[b]}
       rows = rng.integers(0, n).astype(np.int32)
-    assert seen == ({"short", "full", "flushed"} | ({"deferred"} if window else set())), seen
+    assert seen == ({"short", "full", "flushed", "R=3", "R=8"}
+                    | ({"deferred"} if window else set())), seen
     a = m.committed_state(cfg, p, k, rows, backend=self.backend)
     b = m.committed_state(cfg, p, r, rows, backend="reference")
     assert_close(a[0], b[0], 1e-5, "final committed ssm")
