@@ -1,0 +1,26 @@
+#!/bin/bash
+# Prepared 2026-12-04 for the next session's first call: the two B=1 patches.
+#  1. the loop suite (pooled B=1 sets) at B=1, 8, 32 on main as it is: the baseline;
+#  2. patches/conv_early_loads.patch + patches/b1_tiles.patch applied: the same loop suite,
+#     then ncu of the conv kernel at B=1 and B=32 (compact);
+#  3. the GPU suite's compact, snapshot and deferred tests on the patched tree.
+# The sanitizer stage on the patched tree is the next call's (~3 min).
+set -u
+O=${OUT:-/tmp/out}; mkdir -p $O
+git log -1 --format='tree at commit %H' | tee $O/commit.txt
+loop() { PYTHONPATH=$PWD timeout -k 5 170 python3 benchmarks/bench.py --suites=loop --batches=1,8,32 \
+  --vary_batches= --blocks=11 --out=$O/loop_$1.json 2>&1 | grep -E "^\|" | tee $O/loop_$1.txt | tail -10; }
+loop base
+git apply benchmarks/results/patches/conv_early_loads.patch benchmarks/results/patches/b1_tiles.patch || exit 1
+loop patched
+M=gpu__time_duration.sum,sm__inst_executed.sum,launch__registers_per_thread,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+for B in 1 32; do
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 80 ncu --clock-control none \
+    --kernel-name regex:'m2v_conv' --launch-skip 1 --launch-count 1 --metrics $M \
+    python3 tools/profile_call.py --mode=compact --batch=$B --calls=2 2>&1 \
+    | grep -E "m2v_|  [a-z_]+__" | sed 's/  */ /g' | tee -a $O/ncu_conv.txt
+done
+M2V_STAGES="gpu_tests" M2V_GPU_TESTS_K="compact or snapshot or deferred or state_dtype" OUT=$O \
+  timeout -k 10 300 bash tools/run_gpu.sh 2>&1 | tail -4
+git checkout m2v_jax tests
+date -u
