@@ -3,13 +3,12 @@
 Every timed step is one jitted dispatch that runs the op once on each of
 `banks` separate state sets, donated, so every call updates its own set in place. The sets
 together should exceed the L2 cache (60 MB on the H200) so that it cannot hold a set's state
-between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2;
-the loop suite gives compact at B=1 16 banks (72 MiB). Steps are issued back to back without
-synchronizing, so the host runs ahead and the wall clock over a block measures the device
-stream, as long as a step's dispatch takes the host less time than the step takes the device.
-At B=1 it may not, so the loop suite runs B=1 over 16 sets as slices of one pool at 128
-calls per dispatch (few arguments) and prints beside each time its kernels' device time per
-call from a profiler trace. Blocks of A and B alternate (ABBA), several warm-up steps
+between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2.
+Steps are issued back to back without synchronizing, so the host runs ahead and the wall
+clock over a block measures the device stream, as long as a step's dispatch takes the host
+less time than the step takes the device. At B=1 it may not, so the loop suite runs B=1 over
+16 sets (compact: 72 MiB) as slices of one pool at 128 calls per dispatch (few arguments),
+and prints beside each time its kernels' device time per call from a profiler trace. Blocks of A and B alternate (ABBA), several warm-up steps
 come first, and a result is the median over blocks with the ratio of means and its bootstrap
 95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
 and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
