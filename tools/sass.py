@@ -24,6 +24,7 @@ from absl import app, flags
 
 from m2v_jax import config as config_lib, dispatch
 from m2v_jax.kernels import backend
+from m2v_jax.kernels import tiles as tiles_lib
 
 FLAGS = flags.FLAGS
 
@@ -35,11 +36,16 @@ def _define_flags():
   flags.DEFINE_integer("batch", 1, "sequences B of the call")
   flags.DEFINE_bool("chunked", False, "a chunked prefill call (R > capacity)")
   flags.DEFINE_string("out", "/tmp/m2v_sass", "output directory")
+  flags.DEFINE_string("tiles", None, "verify tiles, as `TileConfig.replace_from_text` reads "
+                      "them (default: the table's)")
 
 
-def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16):
-  """`backend.triton_kernels` of one verify / prefill call of `cfg`."""
+def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None):
+  """`backend.triton_kernels` of one verify / prefill call of `cfg` (verify `tiles`: a
+  `TileConfig`, default the table's)."""
   def f(p, s, a):
+    if tiles is not None and not chunked:
+      return dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles)
     return dispatch.call(p, s, a, cfg=cfg, backend=config_lib.PALLAS, chunked=chunked,
                          ragged=False)
 
@@ -75,8 +81,10 @@ def main(argv):
   del argv
   cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode)
   os.makedirs(FLAGS.out, exist_ok=True)
+  tiles = (tiles_lib.tile_config(cfg).replace_from_text(FLAGS.tiles) if FLAGS.tiles
+           else None)
   for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
-                                                   FLAGS.chunked).items():
+                                                   FLAGS.chunked, tiles=tiles).items():
     path = os.path.join(FLAGS.out, name + ".ttir")
     with open(path, "w") as fh:
       fh.write(ir)
