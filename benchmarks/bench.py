@@ -3,12 +3,14 @@
 Every timed step is one jitted dispatch that runs the op once on each of
 `banks` separate state sets, donated, so every call updates its own set in place. The sets
 together should exceed the L2 cache (60 MB on the H200) so that it cannot hold a set's state
-between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2.
+between two calls on it: true for snapshot banks (33 MiB a sequence) and for batches >= 2,
+not for compact at B=1 in 8 banks (8 x 4.5 MiB), whose times may be flattered by L2 hits.
 Steps are issued back to back without synchronizing, so the host runs ahead and the wall
 clock over a block measures the device stream, as long as a step's dispatch takes the host
 less time than the step takes the device. At B=1 it may not, so the loop suite runs B=1 over
-16 sets (compact: 72 MiB) as slices of one pool at 128 calls per dispatch (few arguments),
-and prints beside each time its kernels' device time per call from a profiler trace. Blocks of A and B alternate (ABBA), several warm-up steps
+16 sets (compact: 72 MiB) as slices of one pool (8 state arrays, not 128) at 128 calls per
+dispatch, and prints beside each time the device's busy time per call from a profiler trace
+(every device event's duration, kernels and copies alike; idle time excluded). Blocks of A and B alternate (ABBA), several warm-up steps
 come first, and a result is the median over blocks with the ratio of means and its bootstrap
 95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
 and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
@@ -820,7 +822,7 @@ def chunk_scratch_mb(cfg, R, dtype, B=1) -> float:
 
 
 def _row(case: Case, times, bw, ratio=None, busy=None):
-  """A result row; `busy`: the kernels' device time per call from a trace (µs), where taken."""
+  """A result row; `busy`: the device's busy time per call from a trace (µs), where taken."""
   med = statistics.median(times)
   floor = case.nbytes / bw if case.nbytes else None
   return dict(name=case.name, median_us=med * 1e6, min_us=min(times) * 1e6,
@@ -834,7 +836,7 @@ def _row(case: Case, times, bw, ratio=None, busy=None):
 def format_rows(rows) -> str:
   busy = any(r.get("busy_us") for r in rows)
   lines = ["| case | median µs | min µs | floor µs | x floor | GB/s | TFLOP/s | ratio (95% CI) |"
-           + (" kernels µs |" if busy else ""), "|---|---|---|---|---|---|---|---|"
+           + (" device µs |" if busy else ""), "|---|---|---|---|---|---|---|---|"
            + ("---|" if busy else "")]
   for r in rows:
     ratio = (f"{r['ratio'][0]:.2f} ({r['ratio'][1]:.2f}-{r['ratio'][2]:.2f})"

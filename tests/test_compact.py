@@ -122,8 +122,8 @@ class CompactChecks:
   def test_forty_steps_random_acceptance_against_reference(self, window):
     """40 verify calls of 3 or 8 rows, each sequence with its own random num_rows and
     accepted row: compact kernels vs the jax.numpy reference, without and with deferred
-    commit (the window's bookkeeping equal too). Two call shapes; every variant has short
-    and full sequences, and a window both defers and flushes."""
+    commit (the window's bookkeeping equal too). Two call shapes, each with sequences of all
+    and of fewer of its rows; a window both defers and flushes."""
     cfg = small_cfg(mode="compact", window=window)
     p = m.random_params(cfg, 4)
     rng = np.random.default_rng(4)
@@ -143,11 +143,11 @@ class CompactChecks:
       assert_bitwise(k.pending, r.pending, f"pending at step {step}")
       assert_bitwise(k.starts, r.starts, f"starts at step {step}")
       pending = np.asarray(k.pending)
-      seen |= {"short" if nb < 8 else "full" for nb in n} | {f"R={R}"}
+      seen |= {f"{'full' if nb == R else 'short'} R={R}" for nb in n}
       seen |= {"deferred" for b in range(B) if pending[b] > n[b]}
       seen |= {"flushed" for b in range(B) if held[b] > 0 and pending[b] == n[b]}
       rows = rng.integers(0, n).astype(np.int32)
-    assert seen == ({"short", "full", "flushed", "R=3", "R=8"}
+    assert seen == ({"full R=3", "short R=3", "full R=8", "short R=8", "flushed"}
                     | ({"deferred"} if window else set())), seen
     a = m.committed_state(cfg, p, k, rows, backend=self.backend)
     b = m.committed_state(cfg, p, r, rows, backend="reference")
