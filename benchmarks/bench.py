@@ -10,9 +10,9 @@ clock over a block measures the device stream, as long as a step's dispatch take
 less time than the step takes the device. At B=1 it may not, so the loop suite runs B=1 over
 16 sets (compact: 72 MiB) as slices of one pool (8 state arrays, not 128) at 128 calls per
 dispatch, and prints beside each time the device's busy time per call from a profiler trace
-(every device event's duration, kernels and copies alike; idle time excluded). Blocks of A and B alternate (ABBA), several warm-up steps
-come first, and a result is the median over blocks with the ratio of means and its bootstrap
-95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
+(every device event's duration, kernels and copies alike; idle time excluded). Blocks of A
+and B alternate (ABBA), several warm-up steps come first, and a result is the median over
+blocks with the ratio of means and its bootstrap 95% interval. Beside each time stands its floor: the compulsory bytes (each state read once
 and written once, inputs and outputs once) over the copy bandwidth measured in the same run.
 
     python benchmarks/bench.py --suites=loop,batch,prefill --out=/tmp/bench.json
