@@ -526,7 +526,7 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
                 for cfg in [snap, comp] + [comp.replace(window=w) for w in windows]]
                + [loop_case(comp, B, 8, nb, dtype, params, vary_rows=vary, seed=B,
                             state_dtype=jnp.dtype(sdt), min_calls=calls, pooled=pooled,
-                            tiles=tiles_lib.tile_config(comp).replace_from_text(v))
+                            tiles=tiles_lib.tile_config(comp, B).replace_from_text(v))
                   for v in tile_variants]
                for sdt in state_dtypes]
       cases = [c for group in pairs for c in group]
@@ -595,12 +595,12 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
   params = params_lib.random_params(snap)
-  default = tiles_lib.tile_config(snap)
-  tiles = [default] + [t for t in (default.replace_from_text(v) for v in variants)
-                       if t != default]
   for B in batches:
     nb = banks if B == 1 else max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
     for cfg in (c for c in (snap, comp) if c.replay_mode in modes):
+      default = tiles_lib.tile_config(cfg, B)
+      tiles = [default] + [t for t in (default.replace_from_text(v) for v in variants)
+                           if t != default]
       cases = []
       for t in tiles:
         c, _ = verify_case(cfg, B, 8, np.arange(B) % 8, nb, dtype, tiles=t, params=params,

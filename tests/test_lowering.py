@@ -177,9 +177,12 @@ def test_triton_kernels_capture_ir_and_launch_params():
                                    donate_argnums=(1,))
   assert sorted(kernels) == ["m2v_conv_compact_r8", "m2v_ssm_compact_r8"]
   ir, warps, stages = kernels["m2v_ssm_compact_r8"]
-  tiles = m.tile_config(cfg)
+  tiles = m.tile_config(cfg, 1)
   assert (warps, stages) == (tiles.num_warps, tiles.num_stages)
   assert "tt.func public @m2v_ssm_compact_r8" in ir and "loc(" not in ir
+  # The B=1 entry's block_p: the state chunks are [block_p, n_cols] tiles.
+  assert f"tensor<{tiles.block_p}x{tiles.n_cols}xf32>" in ir
+  assert f"tensor<{m.tile_config(cfg).block_p}x{tiles.n_cols}xf32>" not in ir
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import status
+from m2v_jax import dispatch, status
 from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
                            random_state, ref_conv_prefill, ref_snapshot_call, small_cfg,
                            spec_error)
@@ -420,6 +420,19 @@ def test_tile_config_from_text():
               "64:4:64:block_p=32", "64:4:64:block_c=512:block_c=256", "64:4:64:block_c=x"):
     with pytest.raises(ValueError, match="expected block_p:num_warps:n_cols"):
       base.replace_from_text(bad)
+
+
+def test_tile_table_keys_compact_b1_apart():
+  """Bolt compact at B=1 takes 32-row P tiles (the same n_cols, so the same bits); every other
+  batch and snapshot mode the table's entry."""
+  comp = m.BOLT.replace(replay_mode="compact")
+  table = m.tile_config(m.BOLT)
+  assert m.tile_config(comp, 1) == m.TileConfig(block_p=32, num_warps=4, n_cols=table.n_cols)
+  assert m.tile_config(comp, 2) == m.tile_config(comp) == table
+  assert m.tile_config(m.BOLT, 1) == table
+  plan = dispatch.plan(comp, "pallas", m.init_state(comp, 1, jnp.bfloat16), 8, B=1,
+                       y_dtype=jnp.bfloat16)
+  assert plan.tiles.block_p == 32
 
 
 def test_pool_and_params_checks_are_cached_per_signature():

@@ -32,8 +32,10 @@ def pow2_divisor(n: int, cap: int) -> int:
 class TileConfig:
   """Launch parameters of the verify kernels.
 
-  (block_p, n_cols, num_warps) fix the products' summation order: kernels that must agree
-  bitwise use the same triple.
+  n_cols fixes the products' summation order: kernels that must agree bitwise use the same.
+  block_p and num_warps tile the products' rows only: compiled on an H200, y and states are
+  bitwise the same at 64:4, 64:8, 32:4, 32:2 and 16:2 (`tools/tiles_bitwise.py`: B=3, calls
+  of capacity rows, the default window, float32 state, no gate).
 
   Attributes:
     block_p: P rows of an SSM program's [block_p, N] state tile.
@@ -82,13 +84,24 @@ _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
     # Bolt: one program (a warpgroup, wgmma) per head (BENCHMARKS.md, "Tiles").
     (128, 64, 128): TileConfig(block_p=64, num_warps=4, n_cols=64),
 }
-# Bolt split over 2 devices: the same tiles, so y is bitwise one device's.
+# Bolt split over 2 devices: the same tiles (and the same B=1 entry below).
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 
-def tile_config(cfg: config_lib.Mamba2Config) -> TileConfig:
-  """The verify tiles for `cfg`: its table entry, else a heuristic."""
+# Compact mode at B=1 by (nheads, headdim, dstate): each SM runs one program, and 32-row P
+# tiles (two programs a head) take 0.93x the table's device time (BENCHMARKS.md, loop suite
+# 2026-12-04). The same for Bolt split over 2 devices.
+_B1_COMPACT_TABLE: dict[tuple[int, int, int], TileConfig] = {
+    key: dataclasses.replace(_TILE_TABLE[key], block_p=32) for key in ((128, 64, 128),
+                                                                       (64, 64, 128))}
+
+
+def tile_config(cfg: config_lib.Mamba2Config, batch: int | None = None) -> TileConfig:
+  """The verify tiles for `cfg` (and a call's `batch`, where a table entry depends on it):
+  its table entry, else a heuristic."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate)
+  if batch == 1 and cfg.compact and key in _B1_COMPACT_TABLE:
+    return _B1_COMPACT_TABLE[key]
   if key in _TILE_TABLE:
     return _TILE_TABLE[key]
   block_p = pow2_divisor(cfg.headdim, 32)
