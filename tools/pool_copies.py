@@ -1,0 +1,87 @@
+"""Copies XLA adds around a jitted step of verify calls on a pool larger than the batch.
+
+For each (mode, B, pool entries E): compiles a step of K calls on a donated pool and prints
+the `copy` instructions of the optimized HLO (shapes), then the device time per call of each
+kernel in a profiler trace.
+
+    python3 tools/pool_copies.py --cases=compact:1:1,compact:1:16,compact:1:256
+"""
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import re
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import m2v_jax as m
+
+
+def step_fn(cfg, params, K, backend):
+  def step(state, xbc, dt, rows, idx):
+    ys = []
+    for k in range(K):
+      y, state = m.verify(cfg, params, state, xbc, dt, rows[k], cache_indices=idx[k],
+                          backend=backend)
+      ys.append(y)
+    return state, ys
+  return jax.jit(step, donate_argnums=0)
+
+
+def device_times(fn, state, args, steps, calls):
+  with tempfile.TemporaryDirectory() as d:
+    with jax.profiler.trace(d, create_perfetto_trace=True):
+      for _ in range(steps):
+        state, _ = fn(state, *args)
+      jax.block_until_ready(state)
+    path = [os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs
+            if f.endswith("perfetto_trace.json.gz")][0]
+    with gzip.open(path) as fh:
+      data = json.load(fh)
+  events = data["traceEvents"] if isinstance(data, dict) else data
+  gpu = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+         and "GPU" in str(e.get("args", {}).get("name", ""))}
+  total = collections.Counter()
+  for e in events:
+    if e.get("ph") == "X" and e.get("pid") in gpu and "dur" in e:
+      total[e["name"]] += float(e["dur"]) / (steps * calls)
+  return state, total
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--cases", default="compact:1:1,compact:1:16,snapshot:1:1,snapshot:1:16")
+  ap.add_argument("--calls", type=int, default=16)
+  ap.add_argument("--steps", type=int, default=10)
+  ap.add_argument("--backend", default="pallas")
+  a = ap.parse_args()
+  for case in a.cases.split(","):
+    mode, B, E = case.split(":")
+    B, E = int(B), int(E)
+    cfg = m.BOLT.replace(replay_mode=mode)
+    params = m.random_params(cfg, 0)
+    rng = np.random.default_rng(0)
+    xbc = jnp.asarray(rng.normal(size=(B, 8, cfg.conv_dim)), jnp.bfloat16)
+    dt = jnp.asarray(rng.normal(-1, 1, size=(B, 8, cfg.nheads)), jnp.bfloat16)
+    rows = tuple(jnp.zeros((B,), jnp.int32) for _ in range(a.calls))
+    idx = tuple(jnp.asarray((np.arange(B) + k * B) % E, jnp.int32) for k in range(a.calls))
+    fn = step_fn(cfg, params, a.calls, a.backend)
+    state = m.init_state(cfg, E, jnp.bfloat16)
+    text = fn.lower(state, xbc, dt, rows, idx).compile().as_text()
+    copies = re.findall(r"= (\S+) copy(?:-start)?\(", text)
+    print(f"== {mode} B={B} E={E}: {len(copies)} copies in the step of {a.calls} calls: "
+          f"{collections.Counter(copies).most_common(8)}", flush=True)
+    args = (xbc, dt, rows, idx)
+    state, _ = fn(state, *args)
+    state, total = device_times(fn, state, args, a.steps, a.calls)
+    print(f"   device µs per call: {sum(total.values()):.2f}; " + ", ".join(
+        f"{k[:40]} {v:.2f}" for k, v in total.most_common(6)), flush=True)
+
+
+if __name__ == "__main__":
+  main()
