@@ -2,7 +2,8 @@
 
 Every kernel test class has a compiled variant (marked `gpu`, skipped where JAX sees no GPU)
 and an interpret-mode variant (runs anywhere). `pytest -m gpu` on a GPU machine runs the
-compiled ones and the GPU-only checks; `pytest -m "not gpu"` everything else.
+compiled ones and the GPU-only checks; `pytest -m "not gpu"` everything else. Interpreted,
+parametrized tests run a subset of their matrix (`helpers.matrix`); M2V_FULL_MATRIX=1 runs all.
 
 XLA:CPU contracts a*b+c into a fused multiply-add unless told otherwise. The library's
 rounding policy (docs/design.md) fuses only the multiply-adds it routes through `fma` on the
@@ -12,7 +13,7 @@ reference round as written (without fused multiply-adds). This must be set befor
 initializes its CPU backend. Four host devices let the sharding tests run on CPU.
 
 The suite's time is compilation (interpret-mode kernels are large XLA programs that run in
-milliseconds): without a CUDA plugin, XLA compiles without LLVM optimization; the workers of
+milliseconds): without a CUDA plugin, XLA compiles with most optimizations off; the workers of
 one run share a persistent compilation cache.
 """
 
@@ -46,6 +47,8 @@ import pytest  # noqa: E402
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   jax.config.update("jax_compilation_cache_dir", os.environ["M2V_TEST_JAX_CACHE"])
+if not _CUDA:
+  jax.config.update("jax_disable_most_optimizations", True)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -81,13 +84,19 @@ def _bound_live_executables():
 
 
 GPU_SKIP_REASON = "needs a CUDA GPU (compiled Pallas Triton kernels)"
+FULL_SKIP_REASON = "a matrix case beyond the CPU suite's subset"
+FULL_MATRIX = os.environ.get("M2V_FULL_MATRIX") == "1"
 
 
 def pytest_collection_modifyitems(config, items):
   skip_gpu = pytest.mark.skip(reason=GPU_SKIP_REASON)
+  skip_full = pytest.mark.skip(reason=FULL_SKIP_REASON)
   for item in items:
-    if "gpu" in item.keywords and not ON_GPU:
-      item.add_marker(skip_gpu)
+    if "gpu" in item.keywords:
+      if not ON_GPU:
+        item.add_marker(skip_gpu)
+    elif "full_matrix" in item.keywords and not FULL_MATRIX:
+      item.add_marker(skip_full)
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -97,3 +106,9 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"{len(skipped)} GPU tests skipped: JAX sees no GPU here; on a GPU machine "
         f"`pytest -m gpu` runs them (BUILD.md, GPU checks)")
+  full = [r for r in terminalreporter.stats.get("skipped", [])
+          if FULL_SKIP_REASON in str(r.longrepr)]
+  if full:
+    terminalreporter.write_line(
+        f"{len(full)} matrix cases skipped in interpret mode: M2V_FULL_MATRIX=1 runs them; "
+        f"compiled on a GPU they always run")

@@ -20,6 +20,17 @@ HF_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
 E, B = 16, 5
 
 
+# Matrix cases beyond the CPU suite's subset (conftest.py): compiled on a GPU they always run,
+# interpreted only with M2V_FULL_MATRIX=1.
+FULL = pytest.mark.full_matrix
+
+
+def matrix(values, keep):
+  """Parametrize values, those at indices not in `keep` marked `FULL`."""
+  return [v if i in keep else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=FULL)
+          for i, v in enumerate(values)]
+
+
 def _whole(fn, *static):
   return jax.jit(fn, static_argnums=0, static_argnames=static)
 

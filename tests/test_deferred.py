@@ -7,7 +7,7 @@ import pytest
 
 import m2v_jax as m
 from tests.helpers import (assert_bitwise, copy_state, inputs, mark_16bit_float32_parity_gap,
-                           small_cfg)
+                           matrix, small_cfg)
 
 
 class WindowModel:
@@ -42,10 +42,10 @@ class DeferredChecks:
 
   backend: str
 
-  @pytest.mark.parametrize("window,state_dtype,act", [
+  @pytest.mark.parametrize("window,state_dtype,act", matrix([
       (16, jnp.float32, jnp.float32), (32, jnp.float32, jnp.float32),
       (16, jnp.bfloat16, jnp.float32), (32, jnp.float16, jnp.float32),
-      (16, jnp.bfloat16, jnp.bfloat16), (32, jnp.float16, jnp.bfloat16)])
+      (16, jnp.bfloat16, jnp.bfloat16), (32, jnp.float16, jnp.bfloat16)], keep={1, 4}))
   def test_modes_agree_and_flush_where_expected(self, window, state_dtype, act, request):
     mark_16bit_float32_parity_gap(request, self.backend, state_dtype, act)
     snap = small_cfg(window=window)
@@ -82,9 +82,9 @@ class DeferredChecks:
     # Fewer base writes than calls that replayed something: the point of deferring.
     assert base_writes < 24 * B - 6, base_writes
 
-  @pytest.mark.parametrize("state_dtype,act", [(jnp.float32, jnp.float32),
-                                                (jnp.bfloat16, jnp.float32),
-                                                (jnp.bfloat16, jnp.bfloat16)])
+  @pytest.mark.parametrize("state_dtype,act", matrix([(jnp.float32, jnp.float32),
+                                                       (jnp.bfloat16, jnp.float32),
+                                                       (jnp.bfloat16, jnp.bfloat16)], keep={2}))
   def test_full_window_of_32_rows(self, state_dtype, act, request):
     """Calls that fill all 32 window rows (the last call's rows from row 31: bit 31 of
     `starts`), then one that flushes: parity, `pending` and `starts` as expected."""

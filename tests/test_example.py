@@ -7,6 +7,8 @@ import sys
 import jax.numpy as jnp
 import pytest
 
+from tests.helpers import FULL
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import decode  # noqa: E402
@@ -43,7 +45,7 @@ def test_training_params_round_trip_through_the_hf_layout(tmp_path):
   assert rel < 1e-5, rel
 
 
-@pytest.mark.parametrize("backend", ["reference", "interpret",
+@pytest.mark.parametrize("backend", [pytest.param("reference", marks=FULL), "interpret",
                                      pytest.param("pallas", marks=pytest.mark.gpu)])
 def test_speculative_equals_greedy_in_both_modes(trained, backend):
   cfg, params, _ = trained

@@ -21,7 +21,7 @@ import pytest
 import m2v_jax as m
 from m2v_jax import hf
 from m2v_jax import layer as layer_lib
-from tests.helpers import HF_FIXTURE
+from tests.helpers import matrix, HF_FIXTURE
 
 FIXTURE = HF_FIXTURE
 GOLDEN = np.load(os.path.join(FIXTURE, "golden.npz"))
@@ -45,7 +45,7 @@ class HFChecks:
                                 prefill=True, backend=self.backend)
     return cfg, p, states, np.asarray(logits[0])
 
-  @pytest.mark.parametrize("mode", MODES)
+  @pytest.mark.parametrize("mode", matrix(MODES, keep={1}))
   def test_prompt_and_greedy_decode(self, mode):
     cfg, p, states, logits = self._prefill(mode)
     assert rel(logits, GOLDEN["prompt_logits"]) < 1e-5
@@ -59,8 +59,8 @@ class HFChecks:
       row = np.zeros(1, np.int32)
     assert tokens == GOLDEN["tokens"].tolist()
 
-  @pytest.mark.parametrize("mode,window", [("snapshot", None), ("compact", None),
-                                           ("compact", 16)])
+  @pytest.mark.parametrize("mode,window", matrix([("snapshot", None), ("compact", None),
+                                                  ("compact", 16)], keep={0, 2}))
   def test_speculative_verify_with_rejected_drafts(self, mode, window):
     """Verify calls of 4 rows (last token + 3 drafts); drafts are the golden tokens with some
     replaced by wrong ones, so calls accept 0-3 of them; the accepted rows' logits and the
@@ -202,7 +202,7 @@ def test_nemotron_h_prompt_with_its_dt_clamp(mode):
   assert rel(other[0], golden["prompt_logits"]) > 5 * ours
 
 
-@pytest.mark.parametrize("backend", ["reference", "interpret"])
+@pytest.mark.parametrize("backend", matrix(["reference", "interpret"], keep={1}))
 def test_one_row_calls_use_the_decode_dt_limit_and_replay_keeps_each_rows_limit(backend):
   """Nemotron-H: a prefill and verify calls of several rows clamp dt, one-row calls do not;
   compact mode replays every pending row with the dt its own call used, so both modes stay
@@ -267,7 +267,7 @@ def test_forward_and_mixer_reject_mismatched_arguments():
                     num_rows=[13], prefill=True)
 
 
-@pytest.mark.parametrize("backend", ["reference", "interpret"])
+@pytest.mark.parametrize("backend", matrix(["reference", "interpret"], keep={1}))
 def test_ragged_prompts_through_the_model(backend):
   """Two prompts of 40 and 25 tokens in one ragged prefill (`num_rows`), then a decode step
   each: transformers' logits of the 40-token prompt, and of its first 25 tokens for the

@@ -11,6 +11,7 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch, status
 from m2v_jax.kernels import backend, chunk_scan
+from tests.helpers import matrix
 
 pytestmark = pytest.mark.lowering
 sds = jax.ShapeDtypeStruct
@@ -29,7 +30,8 @@ def lower(cfg, B, R, z=False, dtype=jnp.bfloat16, chunked=False, E=None, chunk_t
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-@pytest.mark.parametrize("R,z", [(1, False), (8, False), (8, True), (5, False), (37, False)])
+@pytest.mark.parametrize("R,z", matrix([(1, False), (8, False), (8, True), (5, False), (37, False)],
+                                       keep={0, 2, 4}))
 def test_verify_plans_lower_to_triton(mode, R, z):
   cfg = m.BOLT.replace(replay_mode=mode)
   text = lower(cfg, 2, R, z)
@@ -112,7 +114,8 @@ def chunked_launches(mode: str) -> int:
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-@pytest.mark.parametrize("B,R,z", [(2, 4096, False), (2, 77, True), (1, 37, False)])
+@pytest.mark.parametrize("B,R,z", matrix([(2, 4096, False), (2, 77, True), (1, 37, False)],
+                                         keep={1, 2}))
 def test_chunked_prefill_lowers(mode, B, R, z):
   """Long and short calls; at R=37 y has fewer rows than one chunk."""
   cfg = m.BOLT.replace(replay_mode=mode)
@@ -127,7 +130,7 @@ def test_ragged_prefill_lowers(mode):
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-@pytest.mark.parametrize("z", [False, True])
+@pytest.mark.parametrize("z", matrix([False, True], keep={1}))
 def test_packed_prefill_lowers(mode, z):
   """Device offsets and entries: the same launches as a chunked prefill, nothing else of the
   library's own."""
@@ -144,8 +147,9 @@ def test_packed_prefill_lowers(mode, z):
   assert text.count("__gpu$xla.gpu.triton") == chunked_launches(mode)
 
 
-@pytest.mark.parametrize("precision", ["highest", "tf32", "bf16"])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("precision,dtype", matrix(
+    [(p, d) for d in (jnp.float32, jnp.bfloat16) for p in ("highest", "tf32", "bf16")],
+    keep={0, 1, 5}))
 def test_chunked_prefill_lowers_at_each_precision(precision, dtype):
   lower(m.BOLT.replace(prefill_precision=precision), 1, 200, dtype=dtype, chunked=True)
 

@@ -10,7 +10,7 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch
 from m2v_jax.kernels import chunk_scan as pk
-from tests.helpers import (assert_bitwise, assert_close, assert_states_close, check_chunked_pool,
+from tests.helpers import (matrix, assert_bitwise, assert_close, assert_states_close, check_chunked_pool,
                            copy_state, dev, inputs, Pair, PRECISION_BOUND, random_state,
                            ref_conv_prefill, small_cfg)
 
@@ -160,9 +160,9 @@ class PrefillChecks:
 
   backend: str
 
-  @pytest.mark.parametrize("mode,R,capacity", [("snapshot", 9, 8), ("snapshot", 17, 16),
-                                               ("snapshot", 77, 8), ("compact", 37, 8),
-                                               ("compact", 77, 16)])
+  @pytest.mark.parametrize("mode,R,capacity", matrix([("snapshot", 9, 8), ("snapshot", 17, 16),
+                                                      ("snapshot", 77, 8), ("compact", 37, 8),
+                                                      ("compact", 77, 16)], keep={0, 4}))
   def test_chunked_matches_reference(self, mode, R, capacity):
     """R just above the capacity, not a multiple of the chunk, several starting states."""
     cfg = small_cfg(mode=mode, capacity=capacity, headdim=16)
@@ -256,17 +256,17 @@ class PrefillChecks:
     assert_close(a[0], b[0], 1e-5, "ssm")
     assert_close(a[1], b[1], 1e-6, "conv")
 
-  @pytest.mark.parametrize("R", [77, 72])
-  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  @pytest.mark.parametrize("mode,R", matrix([("snapshot", 77), ("snapshot", 72), ("compact", 77),
+                                              ("compact", 72)], keep={1, 2}))
   def test_chunked_pool_padding_invalid_and_nan(self, mode, R):
     """`check_chunked_pool` at R = 77: the body's padded chunks reach past R (the kernels' y is
     cut to R rows, z padded); R = 72: they do not (z and y used in place)."""
     check_chunked_pool(self.backend, small_cfg(mode=mode, headdim=16), R)
 
 
-  @pytest.mark.parametrize("precision,dtype", [
+  @pytest.mark.parametrize("precision,dtype", matrix([
       (None, jnp.float32), ("tf32", jnp.float32), ("bf16", jnp.float32), (None, jnp.bfloat16),
-      ("highest", jnp.bfloat16), ("tf32", jnp.float16)])
+      ("highest", jnp.bfloat16), ("tf32", jnp.float16)], keep={1, 3}))
   def test_prefill_precision(self, precision, dtype):
     """The chunked body at each product precision against the serial recurrence (float32
     math on the same inputs): the final state within the precision's bound (PRECISION_BOUND)
@@ -293,8 +293,8 @@ class PrefillChecks:
       assert err > 1e-6, f"{used}: error {err:.1e}, as if the products were not rounded"
 
 
-  @pytest.mark.parametrize("mode,window", [("snapshot", None), ("compact", None),
-                                           ("compact", 16)])
+  @pytest.mark.parametrize("mode,window", matrix([("snapshot", None), ("compact", None),
+                                                  ("compact", 16)], keep={2}))
   def test_ragged_prefill(self, mode, window):
     """A ragged prefill (per-sequence num_rows, R = 77 > capacity 8; a padding sequence,
     lengths from 3 to 77, the gate on) against the reference (one call per length), then
@@ -343,7 +343,7 @@ class PrefillChecks:
     assert_close(y, y_ref, 1e-5, "y after the hand-off")
     assert_close(got.ssm, ref.ssm, 1e-5, "ssm after the hand-off")
 
-  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  @pytest.mark.parametrize("mode", matrix(["snapshot", "compact"], keep={0}))
   def test_ragged_prefill_rejects_on_the_device(self, mode):
     """Inside jit (device-side checks only), R = 72 (the padded body, 64 rows, ends before
     R): a sequence with num_rows > R and one with a bad state_row are rejected (every y row

@@ -11,7 +11,7 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import dispatch, status
-from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs, np_rows,
+from tests.helpers import (matrix, assert_bitwise, assert_close, copy_state, inputs, np_rows,
                            random_state, ref_conv_prefill, ref_snapshot_call, small_cfg,
                            spec_error)
 
@@ -203,7 +203,7 @@ class SnapshotChecks:
 
   @pytest.mark.parametrize("G", [1, 2])
   @pytest.mark.parametrize("S", [8, 16])
-  @pytest.mark.parametrize("R", [1, 5, 8, 9, 12, 37])
+  @pytest.mark.parametrize("R", matrix([1, 5, 8, 9, 12, 37], keep={0, 2, 5}))
   def test_kernel_matches_reference(self, R, S, G):
     cfg = small_cfg(ngroups=G, capacity=S)
     p = m.random_params(cfg, R + S + G)
@@ -224,8 +224,9 @@ class SnapshotChecks:
     assert_bitwise(np.asarray(got.ssm)[:, keep:], before.ssm[:, keep:], "slots >= R untouched")
     assert_bitwise(np.asarray(got.conv)[:, keep:], before.conv[:, keep:], "conv slots >= R")
 
-  @pytest.mark.parametrize("dtype,conv_dtype", [(jnp.bfloat16, None), (jnp.bfloat16, jnp.float32),
-                                                (jnp.float16, None)])
+  @pytest.mark.parametrize("dtype,conv_dtype", matrix([(jnp.bfloat16, None),
+                                                       (jnp.bfloat16, jnp.float32),
+                                                       (jnp.float16, None)], keep={0, 2}))
   def test_low_precision_activations(self, dtype, conv_dtype):
     cfg = small_cfg()
     p = m.random_params(cfg, 11)
@@ -271,8 +272,9 @@ class SnapshotChecks:
     assert_close(y, y_ref, 1e-5, "y")
     assert_close(got.ssm, want.ssm, 1e-5, "ssm")
 
-  @pytest.mark.parametrize("R,dstate", [(8, 16), (5, 16), (8, 64)])
-  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  @pytest.mark.parametrize("mode,R,dstate", matrix(
+      [(mode, R, d) for mode in ("snapshot", "compact") for R, d in ((8, 16), (5, 16), (8, 64))],
+      keep={0, 4, 5}))
   def test_one_call_of_R_rows_equals_R_calls_of_one_row(self, mode, R, dstate):
     """y to float32 rounding (the dual form reads y of a call's rows from its start state);
     the states bitwise (they advance row by row in both). R=8 stores y as one tile, R=5 row
@@ -318,7 +320,32 @@ class SnapshotChecks:
     got = m.committed_state(cfg, p, state, np.full(2, 5, np.int32), backend=self.backend)[0]
     assert spec_error(got[:, None], s64[:, 5:6], cfg) < 2e-6
 
-  @pytest.mark.parametrize("mode", ["snapshot", "compact"])
+  def test_serial_prefill_body_segments_within_the_float32_bound(self):
+    """A serial prefill of 133 rows (its body: a 64-row segment, then 32, 16 and 8 rows and 5
+    in an 8-row tile, each y and fold by products), gated: y and the state after the last row
+    against the float64 recurrence within the contract's 2e-6, and the modes bitwise."""
+    R, B = 133, 2
+    snap = small_cfg(dstate=32)
+    p = m.random_params(snap, 29)
+    rng = np.random.default_rng(29)
+    start = random_state(snap, B, rng=rng)
+    ssm0, conv0 = start.ssm[:, 0], start.conv[:, 0]
+    xbc, dt, z = inputs(snap, B, R, rng=rng, z=True)
+    y64, s64, _ = np_rows(snap, p, ssm0, conv0, xbc, dt, z)
+    out = {}
+    for mode in ("snapshot", "compact"):
+      cfg = snap.replace(replay_mode=mode)
+      state = m.state_from_committed(cfg, ssm0, conv0, jnp.float32)
+      y, state = m.prefill(cfg, p, state, xbc, dt, np.zeros(B, np.int32), z=z, chunked=False,
+                           backend=self.backend)
+      assert spec_error(y, y64, cfg) < 2e-6, mode
+      last = m.committed_state(cfg, p, state, np.full(B, 7, np.int32), backend=self.backend)
+      assert spec_error(last[0][:, None], s64[:, R - 1:], cfg) < 2e-6, mode
+      out[mode] = y, last
+    assert_bitwise(out["snapshot"][0], out["compact"][0], "y across modes")
+    assert_bitwise(out["snapshot"][1][0], out["compact"][1][0], "state across modes")
+
+  @pytest.mark.parametrize("mode", matrix(["snapshot", "compact"], keep={1}))
   def test_state_of_several_tiles_matches_reference(self, mode):
     """dstate=64: the SSM kernel's state spans two 32-column chunks, whose products y sums;
     the kernels against the reference over verifies with partial acceptance."""

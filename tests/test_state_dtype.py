@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from tests.helpers import (assert_bitwise, assert_close, copy_state, inputs,
+from tests.helpers import (matrix, assert_bitwise, assert_close, copy_state, inputs,
                            mark_16bit_float32_parity_gap, small_cfg)
 
 STATE_DTYPES = [jnp.bfloat16, jnp.float16]
@@ -49,8 +49,8 @@ class StateDtypeChecks:
 
   backend: str
 
-  @pytest.mark.parametrize("act", [jnp.float32, jnp.bfloat16])
-  @pytest.mark.parametrize("state_dtype", STATE_DTYPES)
+  @pytest.mark.parametrize("state_dtype,act", matrix(
+      [(s, a) for s in STATE_DTYPES for a in (jnp.float32, jnp.bfloat16)], keep={1, 2}))
   def test_modes_agree_bitwise(self, state_dtype, act, request):
     """Serial prefill hand-off (R > capacity: rounded where compact commits), then verify
     calls with changing state_row; y after every call and the committed states agree."""
@@ -70,7 +70,7 @@ class StateDtypeChecks:
     assert_bitwise(np.asarray(cs[0]).astype(state_dtype).astype(np.float32), cs[0],
                    "committed ssm is representable")
 
-  @pytest.mark.parametrize("act", [jnp.float32, jnp.bfloat16])
+  @pytest.mark.parametrize("act", matrix([jnp.float32, jnp.bfloat16], keep={1}))
   def test_chunked_prefill_hand_off_agrees_bitwise(self, act, request):
     mark_16bit_float32_parity_gap(request, self.backend, jnp.bfloat16, act)
     cfg = small_cfg(headdim=16)
