@@ -13,7 +13,7 @@ reference round as written (without fused multiply-adds). This must be set befor
 initializes its CPU backend. Four host devices let the sharding tests run on CPU.
 
 The suite's time is compilation (interpret-mode kernels are large XLA programs that run in
-milliseconds): without a CUDA plugin, XLA compiles with most optimizations off; the workers of
+milliseconds): without a CUDA plugin, XLA compiles without LLVM optimization; the workers of
 one run share a persistent compilation cache.
 """
 
@@ -47,8 +47,6 @@ import pytest  # noqa: E402
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   jax.config.update("jax_compilation_cache_dir", os.environ["M2V_TEST_JAX_CACHE"])
-if not _CUDA:
-  jax.config.update("jax_disable_most_optimizations", True)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -84,7 +82,7 @@ def _bound_live_executables():
 
 
 GPU_SKIP_REASON = "needs a CUDA GPU (compiled Pallas Triton kernels)"
-FULL_SKIP_REASON = "a matrix case beyond the CPU suite's subset"
+FULL_SKIP_REASON = "a matrix case beyond the default subset (M2V_FULL_MATRIX=1 runs it)"
 FULL_MATRIX = os.environ.get("M2V_FULL_MATRIX") == "1"
 
 
@@ -100,15 +98,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-  skipped = [r for r in terminalreporter.stats.get("skipped", [])
-             if GPU_SKIP_REASON in str(r.longrepr)]
-  if skipped:
-    terminalreporter.write_line(
-        f"{len(skipped)} GPU tests skipped: JAX sees no GPU here; on a GPU machine "
-        f"`pytest -m gpu` runs them (BUILD.md, GPU checks)")
-  full = [r for r in terminalreporter.stats.get("skipped", [])
-          if FULL_SKIP_REASON in str(r.longrepr)]
-  if full:
-    terminalreporter.write_line(
-        f"{len(full)} matrix cases skipped in interpret mode: M2V_FULL_MATRIX=1 runs them; "
-        f"compiled on a GPU they always run")
+  skipped = [str(r.longrepr) for r in terminalreporter.stats.get("skipped", [])]
+  for reason, line in (
+      (GPU_SKIP_REASON, "GPU tests skipped: JAX sees no GPU here; on a GPU machine "
+                        "`pytest -m gpu` runs them (BUILD.md, GPU checks)"),
+      (FULL_SKIP_REASON, "matrix cases skipped: M2V_FULL_MATRIX=1 runs them (`pytest -m gpu` "
+                         "runs the kernel tests' compiled variants in full)")):
+    count = sum(reason in r for r in skipped)
+    if count:
+      terminalreporter.write_line(f"{count} {line}")

@@ -20,13 +20,15 @@ HF_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_mamba2")
 E, B = 16, 5
 
 
-# Matrix cases beyond the CPU suite's subset (conftest.py): compiled on a GPU they always run,
-# interpreted only with M2V_FULL_MATRIX=1.
+# Matrix cases beyond the default subset (conftest.py): run with M2V_FULL_MATRIX=1, and by the
+# kernel tests' compiled variants.
 FULL = pytest.mark.full_matrix
 
 
 def matrix(values, keep):
-  """Parametrize values, those at indices not in `keep` marked `FULL`."""
+  """Parametrize values (plain, or tuples of several arguments), those at indices not in `keep`
+  marked `FULL`."""
+  assert set(keep) <= set(range(len(values))), keep
   return [v if i in keep else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=FULL)
           for i, v in enumerate(values)]
 

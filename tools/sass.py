@@ -81,7 +81,7 @@ def main(argv):
   del argv
   cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode)
   os.makedirs(FLAGS.out, exist_ok=True)
-  tiles = (tiles_lib.tile_config(cfg).replace_from_text(FLAGS.tiles) if FLAGS.tiles
+  tiles = (tiles_lib.tile_config(cfg, FLAGS.batch).replace_from_text(FLAGS.tiles) if FLAGS.tiles
            else None)
   for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
                                                    FLAGS.chunked, tiles=tiles).items():

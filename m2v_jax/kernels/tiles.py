@@ -88,9 +88,9 @@ _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 
-# Compact mode at B=1 by (nheads, headdim, dstate): each SM runs one program, and 32-row P
-# tiles (two programs a head) take 0.93x the table's device time (BENCHMARKS.md, loop suite
-# 2026-12-04). The same for Bolt split over 2 devices.
+# Compact mode at B=1 by (nheads, headdim, dstate): 32-row P tiles (two programs a head, about
+# two per SM) take 0.93x the table's device time (BENCHMARKS.md, loop suite 2026-12-04). The
+# same entry for Bolt split over 2 devices (not timed there).
 _B1_COMPACT_TABLE: dict[tuple[int, int, int], TileConfig] = {
     key: dataclasses.replace(_TILE_TABLE[key], block_p=32) for key in ((128, 64, 128),
                                                                        (64, 64, 128))}
