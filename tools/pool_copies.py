@@ -9,17 +9,18 @@ kernel in a profiler trace.
 
 import argparse
 import collections
-import gzip
-import json
 import os
 import re
-import tempfile
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import m2v_jax as m
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
+import bench  # noqa: E402
 
 
 def step_fn(cfg, params, K, backend):
@@ -31,26 +32,6 @@ def step_fn(cfg, params, K, backend):
       ys.append(y)
     return state, ys
   return jax.jit(step, donate_argnums=0)
-
-
-def device_times(fn, state, args, steps, calls):
-  with tempfile.TemporaryDirectory() as d:
-    with jax.profiler.trace(d, create_perfetto_trace=True):
-      for _ in range(steps):
-        state, _ = fn(state, *args)
-      jax.block_until_ready(state)
-    path = [os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs
-            if f.endswith("perfetto_trace.json.gz")][0]
-    with gzip.open(path) as fh:
-      data = json.load(fh)
-  events = data["traceEvents"] if isinstance(data, dict) else data
-  gpu = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-         and "GPU" in str(e.get("args", {}).get("name", ""))}
-  total = collections.Counter()
-  for e in events:
-    if e.get("ph") == "X" and e.get("pid") in gpu and "dur" in e:
-      total[e["name"]] += float(e["dur"]) / (steps * calls)
-  return state, total
 
 
 def main():
@@ -76,11 +57,11 @@ def main():
     copies = re.findall(r"= (\S+) copy(?:-start)?\(", text)
     print(f"== {mode} B={B} E={E}: {len(copies)} copies in the step of {a.calls} calls: "
           f"{collections.Counter(copies).most_common(8)}", flush=True)
-    args = (xbc, dt, rows, idx)
-    state, _ = fn(state, *args)
-    state, total = device_times(fn, state, args, a.steps, a.calls)
+    case = bench.Case(case, lambda s, args: fn(s, *args)[0], state, a.calls,
+                      args=(xbc, dt, rows, idx))
+    total = bench.kernel_times(case, a.steps)
     print(f"   device µs per call: {sum(total.values()):.2f}; " + ", ".join(
-        f"{k[:40]} {v:.2f}" for k, v in total.most_common(6)), flush=True)
+        f"{k[:40]} {v:.2f}" for k, v in list(total.items())[:6]), flush=True)
 
 
 if __name__ == "__main__":
