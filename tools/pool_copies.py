@@ -46,9 +46,7 @@ def main():
     B, E = int(B), int(E)
     cfg = m.BOLT.replace(replay_mode=mode)
     params = m.random_params(cfg, 0)
-    rng = np.random.default_rng(0)
-    xbc = jnp.asarray(rng.normal(size=(B, 8, cfg.conv_dim)), jnp.bfloat16)
-    dt = jnp.asarray(rng.normal(-1, 1, size=(B, 8, cfg.nheads)), jnp.bfloat16)
+    xbc, dt = bench._inputs(cfg, B, 8, jnp.bfloat16)
     rows = tuple(jnp.zeros((B,), jnp.int32) for _ in range(a.calls))
     idx = tuple(jnp.asarray((np.arange(B) + k * B) % E, jnp.int32) for k in range(a.calls))
     fn = step_fn(cfg, params, a.calls, a.backend)
@@ -57,9 +55,9 @@ def main():
     copies = re.findall(r"= (\S+) copy(?:-start)?\(", text)
     print(f"== {mode} B={B} E={E}: {len(copies)} copies in the step of {a.calls} calls: "
           f"{collections.Counter(copies).most_common(8)}", flush=True)
-    case = bench.Case(case, lambda s, args: fn(s, *args)[0], state, a.calls,
-                      args=(xbc, dt, rows, idx))
-    total = bench.kernel_times(case, a.steps)
+    timed = bench.Case(case, lambda s, args: fn(s, *args)[0], state, a.calls,
+                       args=(xbc, dt, rows, idx))
+    total = bench.kernel_times(timed, a.steps)
     print(f"   device µs per call: {sum(total.values()):.2f}; " + ", ".join(
         f"{k[:40]} {v:.2f}" for k, v in list(total.items())[:6]), flush=True)
 

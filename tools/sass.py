@@ -81,8 +81,9 @@ def main(argv):
   del argv
   cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode)
   os.makedirs(FLAGS.out, exist_ok=True)
-  tiles = (tiles_lib.tile_config(cfg, FLAGS.batch).replace_from_text(FLAGS.tiles) if FLAGS.tiles
-           else None)
+  tiles = None
+  if FLAGS.tiles:
+    tiles = tiles_lib.tile_config(cfg, FLAGS.batch).replace_from_text(FLAGS.tiles)
   for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
                                                    FLAGS.chunked, tiles=tiles).items():
     path = os.path.join(FLAGS.out, name + ".ttir")
