@@ -168,9 +168,10 @@ class Products:
     self.exact_rows, self.tensor_cores = exact_rows, tensor_cores
     self.bf16_rows = bf16_rows and tensor_cores
 
-  def _dot(self, a, b, dims, split, acc):
-    """acc + a . b over `dims`; `split` names the float32 operands ("a", "b"); parts summed small
-    first as `sum + dot`, which Triton folds into the accumulator.
+  def _dot(self, a, b, dims, split, acc, held=jnp.float32):
+    """acc + a . b over `dims`; `split` names the float32 operands ("a", "b"), whose values are
+    exact in `held` (a 16-bit type needs fewer parts); parts summed small first as
+    `sum + dot`, which Triton folds into the accumulator.
     """
     dn = (dims, ((), ()))
     add = lambda total, part: part if total is None else total + part
@@ -181,7 +182,7 @@ class Products:
       bf = lambda v: v.astype(jnp.bfloat16)
       one = lambda u, v: lax.dot_general(u, v, dn, preferred_element_type=jnp.float32)
       if "a" in split:
-        parts = [(p, bf(b)) for p in _bf16_parts(a)]
+        parts = [(p, bf(b)) for p in _bf16_parts(a)[_BF16_PARTS_UNUSED[held]:]]
       elif "b" in split:
         parts = [(bf(a), p) for p in _bf16_parts(b)]
       else:
@@ -193,7 +194,7 @@ class Products:
     one = lambda u, v: lax.dot_general(u, v, dn, precision=lax.DotAlgorithmPreset.TF32_TF32_F32,
                                        preferred_element_type=jnp.float32)
     parts = lambda v, is_f32: _tf32_parts(v) if is_f32 else (v, None)
-    a_hi, a_mid = parts(a, "a" in split or not self.exact_rows)
+    a_hi, a_mid = parts(a, held == jnp.float32 if "a" in split else not self.exact_rows)
     b_hi, b_mid = parts(b, "b" in split or not self.exact_rows)
     total = acc
     if a_mid is not None:
@@ -206,13 +207,18 @@ class Products:
     """acc + x [K, M]ᵀ w [K, N] (w float32): [M, N]."""
     return self._dot(x, w, ((0,), (0,)), "b", acc)
 
-  def state(self, s, c, acc=None):
-    """acc + s [M, N] (float32) c [T, N]ᵀ: [M, T]."""
-    return self._dot(s, c, ((1,), (1,)), "a", acc)
+  def state(self, s, c, acc=None, held=jnp.float32):
+    """acc + s [M, N] (float32 holding `held` values) c [T, N]ᵀ: [M, T]."""
+    return self._dot(s, c, ((1,), (1,)), "a", acc, jnp.dtype(held))
 
   def exact(self, b, c, acc=None):
     """acc + b [K, N] c [T, N]ᵀ, both rows: [K, T]."""
     return self._dot(b, c, ((1,), (1,)), "", acc)
+
+
+# Of `_bf16_parts`' three, the small ones that are zero for values exact in a 16-bit type.
+_BF16_PARTS_UNUSED = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.float16): 1,
+                      jnp.dtype(jnp.bfloat16): 2}
 
 
 def _bf16_parts(v):

@@ -35,7 +35,7 @@ def log_decay(a_rows, KT):
   return jnp.where(idx < len(a_rows), cum, run)
 
 
-def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None):
+def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32):
   """y [BP, KT] of the segment's rows from its start state, ungated (rows not `valid`: to drop).
 
   Args:
@@ -45,6 +45,7 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None):
     valid: [KT] bool, the real rows.
     mm: `backend.Products`.
     cum: `log_decay` of the rows, if the caller has it.
+    held: a type S's values are exact in (a stored 16-bit state: fewer product passes).
   """
   KT = x.shape[0]
   if cum is None:
@@ -57,7 +58,7 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None):
   for s, bc, cc in zip(S, b, c):
     cc = jnp.where(valid[:, None], cc, 0.0)
     cb = mm.exact(jnp.where(valid[:, None], bc, 0.0), cc, acc=cb)      # [k, t]
-    sc = mm.state(s, cc, acc=sc)                                      # [BP, t]
+    sc = mm.state(s, cc, acc=sc, held=held)                           # [BP, t]
   decay = jnp.exp(cum[None, :] - cum[:, None])                        # [k, t]
   m = jnp.where(causal, cb * dt[:, None] * decay, 0.0)                 # [k, t]
   return mm.rows_t(xk, m, acc=jnp.exp(cum)[None, :] * sc + D * xk.T)

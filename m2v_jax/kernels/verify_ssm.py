@@ -88,12 +88,13 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
     return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
 
-  def segment_y(S, t0, L, tiles=None):
-    """Stores y of rows t0 .. t0 + L - 1 from their start state S (0 past num_rows, gated)."""
+  def segment_y(S, t0, L, tiles=None, held=f32):
+    """Stores y of rows t0 .. t0 + L - 1 from their start state S (values exact in `held`; 0
+    past num_rows, gated)."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     live = (kt < L) & (t0 + kt < n)
     cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
-    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum)  # [BP, KT]
+    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held)  # [BP, KT]
     if not body and R == KT and not plan.has_z:
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
@@ -140,7 +141,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         S, ahead = carry[0], carry[1:]
         if plan.state_dtype != f32 and cfg.deferred:
           began = (((starts >> r) & 1) > 0) & (r > 0)         # a later call's first row
-          S = [jnp.where(began, v, s) for v, s in zip(rounded(S), S)]
+          S = lax.cond(began, rounded, list, S)               # rounds at call boundaries only
         loaded = ring(r + FOLD_AHEAD)
         return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
 
@@ -174,7 +175,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       if plan.compact:
         store_state(S)
 
-    segment_y(S, body, L, kept)
+    segment_y(S, body, L, kept, plan.state_dtype)      # S as stored or rounded
     if not plan.compact:
       def store_slot(S, i):
         pl.when(body + i < n)(lambda: store_state(S, i))
