@@ -154,8 +154,9 @@ class Products:
   """The verify kernels' float32-accurate 2-D products (`kernels.dual`), float32 accumulation.
 
   Compiled, every pass's operands are exact in its input type: bf16 passes (bfloat16
-  activations, contraction >= BF16_MIN_K) split a float32 operand into three bfloat16 parts;
-  TF32 passes split it into head and middle (docs/design.md, "Rounding policy"). Without tensor
+  activations, contraction >= BF16_MIN_K) split a float32 operand into three bfloat16 parts
+  (fewer for a state held in 16 bits); TF32 passes split it into head and middle
+  (docs/design.md, "Rounding policy"). Without tensor
   cores: XLA float32 products (HIGHEST).
 
   Args:
