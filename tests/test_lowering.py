@@ -89,6 +89,24 @@ def test_bf16_products_contract_at_least_16(R):
   assert all(int(k) >= backend.BF16_MIN_K for _, k, _, _ in dots), dots
 
 
+def test_16bit_state_takes_fewer_y_passes():
+  """y's S·Cᵀ splits a float32 state into three bf16 parts per state chunk; a stored bfloat16
+  state is exact in one, float16 in two, so the SSM kernel has two or one fewer dots a chunk."""
+  cfg = m.Mamba2Config(nheads=4, headdim=64, dstate=128, ngroups=2, replay_mode="compact")
+
+  def dots(state_dtype):
+    p, _, a = dispatch.abstract_call_args(cfg, 2, 8)
+    s = m.state_shapes(cfg, 2, jnp.bfloat16, state_dtype=state_dtype)
+    irs = backend.triton_kernels(
+        lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False,
+                                      ragged=False), p, s, a, donate_argnums=(1,))
+    return irs["m2v_ssm_compact_r8"][0].count("tt.dot ")
+
+  chunks = cfg.dstate // m.tile_config(cfg, 2).n_cols
+  full = dots(jnp.float32)
+  assert [full - dots(jnp.float16), full - dots(jnp.bfloat16)] == [chunks, 2 * chunks]
+
+
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_pool_and_odd_geometry_lower(mode):
   """A pool larger than the batch, H not a power of two (Mamba2-2.7B: 80 heads), float32."""

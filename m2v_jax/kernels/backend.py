@@ -156,8 +156,7 @@ class Products:
   Compiled, every pass's operands are exact in its input type: bf16 passes (bfloat16
   activations, contraction >= BF16_MIN_K) split a float32 operand into three bfloat16 parts
   (fewer for a state held in 16 bits); TF32 passes split it into head and middle
-  (docs/design.md, "Rounding policy"). Without tensor
-  cores: XLA float32 products (HIGHEST).
+  (docs/design.md, "Rounding policy"). Without tensor cores: XLA float32 products (HIGHEST).
 
   Args:
     exact_rows: 16-bit activations (x, B and C exact in TF32).
