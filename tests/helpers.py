@@ -25,6 +25,12 @@ E, B = 16, 5
 FULL = pytest.mark.full_matrix
 
 
+def every_case(backend):
+  """Whether a test walks its whole inner loop: compiled, or with M2V_FULL_MATRIX=1
+  (interpreted, each case of another shape is another program to compile)."""
+  return backend != "interpret" or os.environ.get("M2V_FULL_MATRIX") == "1"
+
+
 def matrix(values, keep):
   """Parametrize values (plain, or tuples of several arguments), those at indices not in `keep`
   marked `FULL`."""
