@@ -141,7 +141,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         S, ahead = carry[0], carry[1:]
         if plan.state_dtype != f32 and cfg.deferred:
           began = (((starts >> r) & 1) > 0) & (r > 0)         # a later call's first row
-          S = lax.cond(began, rounded, list, S)               # rounds at call boundaries only
+          S = lax.cond(began, rounded, lambda s: s, S)        # rounds at call boundaries only
         loaded = ring(r + FOLD_AHEAD)
         return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
 
