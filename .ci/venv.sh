@@ -1,5 +1,6 @@
 # Sourced by the README's commands: creates (or reuses) .venv with Python 3.12 and installs
-# the package with the extras given in M2V_EXTRAS (default "test"). Sets PY to its python.
+# the package with the extras given in M2V_EXTRAS (default "test"). Sets PY to its python, and
+# turns bytecode caching on for the processes it starts (below).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -14,11 +15,11 @@ if [ ! -x .venv/bin/python ]; then
   [ -x .venv/bin/python ] || { echo "need Python >= 3.12 (see .python-version)" >&2; exit 1; }
 fi
 PY="$ROOT/.venv/bin/python"
-# Cached bytecode under .venv, also where the environment sets PYTHONDONTWRITEBYTECODE: without
-# it every process (the test workers, the decoder and benchmark runs) recompiles jax on import,
-# ~2-3 s each on a 2-core machine.
+# Bytecode is cached (under .venv unless PYTHONPYCACHEPREFIX names a place) even where the
+# environment sets PYTHONDONTWRITEBYTECODE: without it every process (the test workers, the
+# decoder and benchmark runs) recompiles jax on import, ~2-3 s each on a 2-core machine.
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX="$ROOT/.venv/pycache"
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-$ROOT/.venv/pycache}"
 EXTRAS="${M2V_EXTRAS:-test}"
 STAMP=".venv/.m2v-installed"
 WANT="$(cat pyproject.toml | sha256sum | cut -c1-16) $EXTRAS"

@@ -54,7 +54,11 @@ def main(argv):
   geometry = m.BOLT if FLAGS.geometry == "bolt" else m.Mamba2Config(nheads=4, headdim=64,
                                                                     dstate=64, ngroups=2)
   same_bytes = lambda a, b: np.array_equal(a.view(np.uint8), b.view(np.uint8))
-  saved, theirs = {}, np.load(FLAGS.against) if FLAGS.against else None
+  setup = (f"{FLAGS.geometry} {FLAGS.modes} W={FLAGS.window} B={FLAGS.batch} "
+           f"calls={FLAGS.calls} state={FLAGS.state_dtype} tiles={FLAGS.tiles[0]}")
+  saved, theirs = {"setup": np.array(setup)}, np.load(FLAGS.against) if FLAGS.against else None
+  if theirs is not None and str(theirs["setup"]) != setup:
+    raise SystemExit(f"{FLAGS.against} holds runs of {theirs['setup']}, not {setup}")
   for mode in FLAGS.modes:
     cfg = geometry.replace(replay_mode=mode,
                            window=FLAGS.window if mode == "compact" else None)

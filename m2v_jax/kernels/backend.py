@@ -174,6 +174,7 @@ class Products:
     `sum + dot`, which Triton folds into the accumulator.
     """
     dn = (dims, ((), ()))
+    held = jnp.dtype(held)
     add = lambda total, part: part if total is None else total + part
     if not self.tensor_cores:
       return add(acc, lax.dot_general(a, b, dn, precision=lax.Precision.HIGHEST,
@@ -209,7 +210,7 @@ class Products:
 
   def state(self, s, c, acc=None, held=jnp.float32):
     """acc + s [M, N] (float32 holding `held` values) c [T, N]ᵀ: [M, T]."""
-    return self._dot(s, c, ((1,), (1,)), "a", acc, jnp.dtype(held))
+    return self._dot(s, c, ((1,), (1,)), "a", acc, held)
 
   def exact(self, b, c, acc=None):
     """acc + b [K, N] c [T, N]ᵀ, both rows: [K, T]."""
