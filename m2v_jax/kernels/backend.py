@@ -169,10 +169,8 @@ class Products:
     self.bf16_rows = bf16_rows and tensor_cores
 
   def _dot(self, a, b, dims, split, acc, held=jnp.float32):
-    """acc + a . b over `dims`; `split` names the float32 operands ("a", "b"), whose values are
-    exact in `held` (a 16-bit type needs fewer parts); parts summed small first as
-    `sum + dot`, which Triton folds into the accumulator.
-    """
+    """acc + a . b over `dims`; `split` names the float32 operands ("a", "b"), exact in `held`;
+    parts summed small first as `sum + dot`, which Triton folds into the accumulator."""
     dn = (dims, ((), ()))
     held = jnp.dtype(held)
     add = lambda total, part: part if total is None else total + part

@@ -89,8 +89,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
 
   def segment_y(S, t0, L, tiles=None, held=f32):
-    """Stores y of rows t0 .. t0 + L - 1 from their start state S (values exact in `held`; 0
-    past num_rows, gated)."""
+    """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     live = (kt < L) & (t0 + kt < n)
     cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
@@ -141,7 +140,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         S, ahead = carry[0], carry[1:]
         if plan.state_dtype != f32 and cfg.deferred:
           began = (((starts >> r) & 1) > 0) & (r > 0)         # a later call's first row
-          S = lax.cond(began, rounded, lambda s: s, S)        # rounds at call boundaries only
+          S = lax.cond(began, rounded, lambda s: s, S)
         loaded = ring(r + FOLD_AHEAD)
         return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
 
@@ -175,7 +174,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       if plan.compact:
         store_state(S)
 
-    segment_y(S, body, L, kept, plan.state_dtype)      # S as stored or rounded
+    segment_y(S, body, L, kept, plan.state_dtype)
     if not plan.compact:
       def store_slot(S, i):
         pl.when(body + i < n)(lambda: store_state(S, i))
