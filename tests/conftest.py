@@ -45,6 +45,8 @@ gc.set_threshold(100_000, 50, 100)
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.helpers import FULL_MATRIX  # noqa: E402
+
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   jax.config.update("jax_compilation_cache_dir", os.environ["M2V_TEST_JAX_CACHE"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
@@ -83,7 +85,6 @@ def _bound_live_executables():
 
 GPU_SKIP_REASON = "needs a CUDA GPU (compiled Pallas Triton kernels)"
 FULL_SKIP_REASON = "a matrix case beyond the default subset (M2V_FULL_MATRIX=1 runs it)"
-FULL_MATRIX = os.environ.get("M2V_FULL_MATRIX") == "1"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -23,12 +23,13 @@ E, B = 16, 5
 # Matrix cases beyond the default subset (conftest.py): run with M2V_FULL_MATRIX=1, and by the
 # kernel tests' compiled variants.
 FULL = pytest.mark.full_matrix
+FULL_MATRIX = os.environ.get("M2V_FULL_MATRIX") == "1"
 
 
 def every_case(backend):
   """Whether a test walks its whole inner loop: compiled, or with M2V_FULL_MATRIX=1
   (interpreted, each case of another shape is another program to compile)."""
-  return backend != "interpret" or os.environ.get("M2V_FULL_MATRIX") == "1"
+  return backend != "interpret" or FULL_MATRIX
 
 
 def matrix(values, keep):
