@@ -32,7 +32,7 @@ f32 = jnp.float32
 
 # Body rows from which `prefill` takes the chunked path by default (BENCHMARKS.md, "Prefill").
 MIN_CHUNKED_ROWS = 64
-MIN_CHUNKED_ROWS_BF16 = 24
+MIN_CHUNKED_ROWS_BF16 = 40
 
 
 _UNSUPPORTED = ("the chunked scan needs a power-of-two divisor of headdim >= 16 and dstate "

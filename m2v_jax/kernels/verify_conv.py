@@ -13,6 +13,15 @@ from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
+BODY_TILE = 32   # body rows (R > capacity) per tile of the conv and dt programs
+
+
+def body_tiles(body: int):
+  """(rows per tile, tiles) covering rows [0, body): power-of-two tiles of at most `BODY_TILE`
+  rows, tile g from row min(g * rows, body - rows), so the last may overlap the one before
+  (its rows recomputed to the same values)."""
+  U = min(BODY_TILE, 1 << (body.bit_length() - 1))
+  return U, -(-body // U)
 
 
 def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
@@ -89,9 +98,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         win.append(jnp.where(q < K1, old, raw))
     else:
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
-    # Compiled, all loads before the barrier (one round trip; the window is read before it is
-    # overwritten); interpreted, the rows run in a fori_loop: a smaller program to compile.
-    raws = [xbc_ref[b, i, cs] for i in range(R)] if R and R <= cap and triton else None
+    # Compiled, the kept rows' loads before the barrier (one round trip; the window is read
+    # before it is overwritten); interpreted, they run in a fori_loop: less to compile.
+    raws = [xbc_ref[b, i, cs] for i in range(body, R)] if R and triton else None
     backend.barrier(plan.interpret)
 
     def store_conv(window, *slot):
@@ -123,11 +132,15 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         kept(i, lambda: store_conv(nxt, i - body))
       return nxt
 
+    if body:
+      win = _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref)
+      if plan.compact:
+        store_conv(win)
     if raws is not None:
-      for i in range(R):
-        win = new_row(i, raws[i], win)
+      for i in range(body, R):
+        win = new_row(i, raws[i - body], win)
     else:
-      lax.fori_loop(0, R, lambda i, w: new_row(i, xbc_ref[b, i, cs], w), win)
+      lax.fori_loop(body, R, lambda i, w: new_row(i, xbc_ref[b, i, cs], w), win)
     zeros = jnp.zeros((BC,), xr_ref.dtype)
     for i in range(R, plan.RT):
       xr_ref[b, i, cs] = zeros
@@ -157,14 +170,53 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
               wdt_out_ref[e, ring(i), hs] = dtp
             kept(i, store_window)
 
-        if R <= cap and triton:
-          raws = [dt_ref[b, i, hs] for i in range(R)]
-          for i in range(R):
-            row_dt(i, raws[i])
+        raws = [dt_ref[b, i, hs] for i in range(body, R)] if triton else None
+        if body:
+          U, G = body_tiles(body)
+
+          def tile(g, c):
+            rows = pl.ds(jnp.minimum(g * U, body - U), U)
+            dtp = rowmath.process_dt(dt_ref[b, rows, hs].astype(f32), bias[None, :],
+                                     cfg.dt_limit)
+            r = rows.start + lax.broadcasted_iota(jnp.int32, (U, 1), 0)
+            dtr_ref[b, rows, hs] = jnp.where(r < n, dtp, 0.0)
+            return c
+          lax.fori_loop(0, G, tile, 0)
+        if triton:
+          for i in range(body, R):
+            row_dt(i, raws[i - body])
         else:
-          lax.fori_loop(0, R, lambda i, c: (row_dt(i, dt_ref[b, i, hs]), c)[1], 0)
+          lax.fori_loop(body, R, lambda i, c: (row_dt(i, dt_ref[b, i, hs]), c)[1], 0)
         for i in range(R, plan.RT):
           dtr_ref[b, i, hs] = jnp.zeros((BH,), f32)
+
+
+def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
+  """Post-conv rows [0, body) of sequence b in tiles of rows (no chain from row to row), taps
+  before row 0 from `win`; returns the window after them (the last K-1 raw rows, float32)."""
+  K1, body = len(win), plan.body
+  U, G = body_tiles(body)
+  taps2, bias2 = [t[None, :] for t in taps], bias[None, :]
+
+  def tile(g, c):
+    rows = pl.ds(jnp.minimum(g * U, body - U), U)
+    r = rows.start + lax.broadcasted_iota(jnp.int32, (U, 1), 0)
+
+    def tap(k):                                       # input row r - K1 + k, [U, BC]
+      src = r - K1 + k
+      v = xbc_ref[b, jnp.maximum(src[:, 0], 0), cs].astype(f32)
+      for j in range(K1):
+        v = jnp.where(src == j - K1, win[j][None, :], v)
+      return v
+
+    window = [tap(k) for k in range(K1 + 1)]          # every load before the arithmetic
+    out = rowmath.conv_output(taps2, window, bias2, plan.y_dtype, not plan.interpret)
+    xr_ref[b, rows, cs] = jnp.where(r < n, out, 0.0).astype(xr_ref.dtype)
+    return c
+
+  lax.fori_loop(0, G, tile, 0)
+  return [xbc_ref[b, body - K1 + j, cs].astype(f32) if body - K1 + j >= 0 else win[body + j]
+          for j in range(K1)]
 
 
 def conv(plan, params, state, args):
