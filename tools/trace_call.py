@@ -27,16 +27,21 @@ import m2v_jax as m
 from m2v_jax import dispatch, status
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
-flags.DEFINE_integer("batch", 1, "sequences B")
-flags.DEFINE_integer("rows", 8, "rows R per call")
-flags.DEFINE_integer("calls", 16, "calls per jitted step")
-flags.DEFINE_integer("steps", 3, "traced steps")
-flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
-flags.DEFINE_string("tiles", None, "verify tiles, as `TileConfig.replace_from_text` reads them")
-flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
-flags.DEFINE_enum("geometry", "bolt", ["bolt", "small"], "bolt, or a small one for a CPU run "
-                  "(kernels interpreted)")
+
+
+def _define_flags():
+  """The CLI's flags, defined only when run as a program (importing defines none)."""
+  flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
+  flags.DEFINE_integer("batch", 1, "sequences B")
+  flags.DEFINE_integer("rows", 8, "rows R per call")
+  flags.DEFINE_integer("calls", 16, "calls per jitted step")
+  flags.DEFINE_integer("steps", 3, "traced steps")
+  flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
+  flags.DEFINE_string("tiles", None,
+                      "verify tiles, as `TileConfig.replace_from_text` reads them")
+  flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
+  flags.DEFINE_enum("geometry", "bolt", ["bolt", "small"], "bolt, or a small one for a CPU run "
+                    "(kernels interpreted)")
 
 
 def device_events(trace_dir):
@@ -115,4 +120,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)
