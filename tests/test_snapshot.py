@@ -203,7 +203,7 @@ class SnapshotChecks:
 
   @pytest.mark.parametrize("G", [1, 2])
   @pytest.mark.parametrize("S", [8, 16])
-  @pytest.mark.parametrize("R", matrix([1, 5, 8, 9, 12, 37], keep={0, 2, 5}))
+  @pytest.mark.parametrize("R", matrix([1, 5, 8, 9, 12, 37], keep={0, 3, 5}))
   def test_kernel_matches_reference(self, R, S, G):
     cfg = small_cfg(ngroups=G, capacity=S)
     p = m.random_params(cfg, R + S + G)

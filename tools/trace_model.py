@@ -4,7 +4,7 @@ Traces a few jitted calls (every layer, the projections and the LM head) with `j
 and sums each kernel's device time per call, so the Mamba kernels' share of a model step can
 be read beside everything else:
 
-    python tools/trace_model.py --mode=compact --batch=32
+    PYTHONPATH=. python tools/trace_model.py --mode=compact --batch=32
 """
 
 from __future__ import annotations

@@ -126,8 +126,6 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
             wxb_out_ref[e, ring(i), cs] = out.astype(wxb_out_ref.dtype)
 
         kept(i, store_window)
-        if body:
-          pl.when(i == body - 1)(lambda: store_conv(nxt))
       else:
         kept(i, lambda: store_conv(nxt, i - body))
       return nxt
