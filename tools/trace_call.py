@@ -61,6 +61,14 @@ def device_events(trace_dir):
   return sorted(out, key=lambda e: e[1])
 
 
+def busy_by_kernel(events, width=40):
+  """{kernel name (its first `width` characters): summed device µs} of `device_events`."""
+  busy = collections.Counter()
+  for name, _, dur in events:
+    busy[name.split("(")[0][:width]] += dur
+  return busy
+
+
 def main(argv):
   del argv
   backend = m.resolve_backend(None)
@@ -111,9 +119,7 @@ def main(argv):
     print(f"| {name[:48]} | {ts - last[0][1]:.1f} | {dur:.2f} | {gap:.2f} |")
   if last:
     span = last[-1][1] + last[-1][2] - last[0][1]
-    busy = collections.Counter()
-    for name, _, dur in last:
-      busy[name.split("(")[0][:40]] += dur
+    busy = busy_by_kernel(last)
     print(f"\nper call: span {span / K:.2f} µs, device busy {sum(busy.values()) / K:.2f} µs")
     for name, total in busy.most_common(8):
       print(f"  {name}: {total / K:.2f} µs per call")

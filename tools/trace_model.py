@@ -9,7 +9,6 @@ be read beside everything else:
 
 from __future__ import annotations
 
-import collections
 import os
 import sys
 import tempfile
@@ -49,18 +48,15 @@ def main(argv):
   rows = jnp.asarray(model_bench.schedule(1, B, R)[0])
   for r in (jnp.zeros_like(rows), rows, rows):     # compile and warm; a fresh entry starts at 0
     logits, states = fn(params, states, toks, r)
-  jax.block_until_ready((logits, states))
+  assert bool(jnp.all(jnp.isfinite(logits))), "a sequence was rejected: its logits are NaN"
   trace_dir = tempfile.mkdtemp(prefix="m2v_trace_model_")
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     for _ in range(K):
       logits, states = fn(params, states, toks, rows)
     jax.block_until_ready((logits, states))
   events = trace_call.device_events(trace_dir)
-  busy = collections.Counter()
-  for name, _, dur in events:
-    busy[name.split("(")[0][:60]] += dur
+  busy = trace_call.busy_by_kernel(events, 60)
   span = (events[-1][1] + events[-1][2] - events[0][1]) if events else 0.0
-  assert bool(jnp.all(jnp.isfinite(logits))), "a sequence was rejected: its logits are NaN"
   print(f"model {FLAGS.mode} B={B} R={R} layers={FLAGS.layers} on {backend}: per call span "
         f"{span / K:.1f} µs, device busy {sum(busy.values()) / K:.1f} µs ({trace_dir})")
   print("| kernel | µs per call | per layer |\n|---|---|---|")
