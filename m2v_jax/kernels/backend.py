@@ -4,6 +4,7 @@ edits only this file; also ahead-of-time lowering helpers for tests and tools.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import jax
@@ -18,6 +19,17 @@ from m2v_jax.kernels import rowmath
 # context; imported here, before anything is traced, it leaves jitted calls traced once.
 try:
   import jax.experimental.pallas.fuser  # noqa: F401
+except ImportError:
+  pass
+
+# MLIR's Python bindings look up a dialect's module under their search prefixes whenever they
+# wrap an operation, and remember only lookups that succeed. Triton's dialect module ("tt")
+# is under none of them, so each operation the Triton lowering emits searched the import path
+# four times, two thirds of the lowering's time. Found under the first prefix, it is looked up
+# once.
+try:
+  import jaxlib.triton.dialect as _tt_dialect
+  sys.modules.setdefault("jaxlib.mlir.dialects.tt", _tt_dialect)
 except ImportError:
   pass
 
