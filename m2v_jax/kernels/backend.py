@@ -22,11 +22,8 @@ try:
 except ImportError:
   pass
 
-# MLIR's Python bindings look up a dialect's module under their search prefixes whenever they
-# wrap an operation, and remember only lookups that succeed. Triton's dialect module ("tt")
-# is under none of them, so each operation the Triton lowering emits searched the import path
-# four times, two thirds of the lowering's time. Found under the first prefix, it is looked up
-# once.
+# MLIR's Python bindings look up a dialect's module under their prefixes whenever they wrap an
+# operation and cache only successes: registered under the first, Triton's ("tt") is found once.
 try:
   import jaxlib.triton.dialect as _tt_dialect
   sys.modules.setdefault("jaxlib.mlir.dialects.tt", _tt_dialect)
