@@ -113,11 +113,13 @@ def gated_rms_norm(y, z, weight, groups: int, eps: float):
   return g.reshape(shape) * weight.astype(f32)
 
 
-def project(a, w):
-  """a @ w, float32 accumulation; a 16-bit weight takes `a` rounded to its dtype."""
+def project(a, w, dtype=f32):
+  """a @ w in `dtype`, float32 accumulation; a 16-bit weight takes `a` rounded to its dtype.
+  The product of two 16-bit operands is rounded to a 16-bit `dtype` once, in the GEMM."""
   if jnp.dtype(w.dtype).itemsize == 2:
-    return jnp.dot(a.astype(w.dtype), w, preferred_element_type=f32)
-  return jnp.dot(a, w, precision=lax.Precision.HIGHEST, preferred_element_type=f32)
+    out = dtype if jnp.dtype(dtype) == jnp.dtype(w.dtype) else f32
+    return jnp.dot(a.astype(w.dtype), w, preferred_element_type=out).astype(dtype)
+  return jnp.dot(a, w, precision=lax.Precision.HIGHEST, preferred_element_type=f32).astype(dtype)
 
 
 def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
@@ -153,7 +155,7 @@ def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_ro
                   cu_seqlens=None, backend: str | None = None):
   """`mixer` in float32 before the cast (a head shard's partial out_proj sum); params unchecked."""
   dtype = hidden.dtype
-  z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj).astype(dtype))
+  z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj, dtype))
   if cu_seqlens is not None:
     if num_rows is not None or chunked is False:
       raise ValueError("cu_seqlens: a packed prefill takes no num_rows and always runs the "
