@@ -114,8 +114,8 @@ def gated_rms_norm(y, z, weight, groups: int, eps: float):
 
 
 def project(a, w, dtype=f32):
-  """a @ w in `dtype`, float32 accumulation; a 16-bit weight takes `a` rounded to its dtype.
-  The product of two 16-bit operands is rounded to a 16-bit `dtype` once, in the GEMM."""
+  """a @ w in `dtype`; a 16-bit weight takes `a` rounded to its dtype, and the product of two
+  16-bit operands is rounded to a 16-bit `dtype` in the GEMM (float32 products otherwise)."""
   if jnp.dtype(w.dtype).itemsize == 2:
     out = dtype if jnp.dtype(dtype) == jnp.dtype(w.dtype) else f32
     return jnp.dot(a.astype(w.dtype), w, preferred_element_type=out).astype(dtype)

@@ -300,8 +300,8 @@ class PrefillChecks:
     lengths from 3 to 77, the gate on) against the reference (one call per length), then
     against each sequence's own prefill of its n rows on this backend (bitwise in interpret
     mode: the same kernels; compiled, XLA's batched C·Bᵀ between them has another batch
-    shape, so float32 rounding apart; interpreted, each length is another program, so only
-    with M2V_FULL_MATRIX=1: test_packed compares packed prompts one by one), then one verify
+    shape, so float32 rounding apart; interpreted, each length is another program: only the
+    sequence of capacity + 1 rows, unless M2V_FULL_MATRIX=1), then one verify
     call from mixed rows, which must agree as well (the hand-off)."""
     cfg = small_cfg(mode=mode, headdim=16).replace(window=window)
     p = m.random_params(cfg, 9)
@@ -330,7 +330,7 @@ class PrefillChecks:
         lambda a, b_, what: assert_close(a, b_, 1e-6, what))
     real = np.flatnonzero(idx >= 0)
     cap = cfg.capacity
-    seqs = real if every_case(self.backend) else []
+    seqs = real if every_case(self.backend) else [b for b in real if n[b] == cap + 1]
     for b in seqs:
       k = int(n[b])
       one = np.full(B, -1, np.int32)

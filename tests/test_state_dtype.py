@@ -51,6 +51,7 @@ class StateDtypeChecks:
 
   @pytest.mark.parametrize("state_dtype,act", matrix(
       [(s, a) for s in STATE_DTYPES for a in (jnp.float32, jnp.bfloat16)], keep={0}))
+  # Interpreted, a float16 state runs in test_deferred (with bfloat16 activations).
   def test_modes_agree_bitwise(self, state_dtype, act, request):
     """Serial prefill hand-off (R > capacity: rounded where compact commits), then verify
     calls with changing state_row; y after every call and the committed states agree."""
@@ -105,7 +106,8 @@ class StateDtypeChecks:
     can round to the neighbouring 16-bit value. The tolerances are at most a fifth of what
     storing the state in bfloat16 changes (y 1.1-3.3e-4, state 1.5-1.7e-3 against a float32
     pool), so a missing or extra rounding fails."""
-    # The calls and pools of the parity test's bfloat16 case: interpreted, its programs.
+    # The calls and pools of the parity test's (bfloat16 state, float32 activations) case:
+    # interpreted, its programs.
     got = _run_modes(self.backend, jnp.bfloat16, CALLS)
     ref = _run_modes("reference", jnp.bfloat16, CALLS)
     for mode in ("snapshot", "compact"):
