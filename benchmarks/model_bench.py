@@ -43,6 +43,13 @@ FLAGS = flags.FLAGS
 ACCEPT_PROB = 0.78
 
 
+def geometry(name: str) -> tuple[config_lib.Mamba2Config, int]:
+  """(SSM config, d_model) of the `--geometry` flag's value: "bolt", or "small" for a CPU run."""
+  if name == "bolt":
+    return config_lib.BOLT, 4096
+  return config_lib.Mamba2Config(nheads=8, headdim=16, dstate=32, ngroups=2), 64
+
+
 def random_model(ssm: config_lib.Mamba2Config, d_model: int, layers: int, vocab: int,
                  rows: int, mode: str) -> tuple[hf.ModelConfig, hf.ModelParams]:
   """A random model of `layers` Mamba layers (bfloat16 projections and embeddings)."""
@@ -100,10 +107,7 @@ def run(cfg, params, fn, B, R, accepted, keep_logits=False):
 
 def main(_):
   backend = config_lib.resolve_backend(FLAGS.backend)
-  if FLAGS.geometry == "bolt":
-    ssm, d_model = config_lib.BOLT, 4096
-  else:
-    ssm, d_model = config_lib.Mamba2Config(nheads=8, headdim=16, dstate=32, ngroups=2), 64
+  ssm, d_model = geometry(FLAGS.geometry)
   R, steps = FLAGS.rows, FLAGS.steps
   dev = jax.devices()[0]
   results = dict(meta=dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), device=dev.device_kind,

@@ -38,10 +38,10 @@ def test_two_way_head_sharding_matches_one_device(mode, window, state_dtype):
   cfg = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2, replay_mode=mode,
                        window=window)
   mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
-  with_prefill = (mode, window, state_dtype) in (SHARDED_VARIANTS[0], SHARDED_VARIANTS[-1])
-  check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=6,
-                       Rs=((8, 5, 40, 8) if every_case(backend) else (8, 40, 8)) if with_prefill
-                       else (8, 5, 8),
+  Rs = (8, 5, 8)
+  if (mode, window, state_dtype) in (SHARDED_VARIANTS[0], SHARDED_VARIANTS[-1]):
+    Rs = (8, 5, 40, 8) if every_case(backend) else (8, 40, 8)        # with a chunked prefill
+  check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=6, Rs=Rs,
                        state_dtype=state_dtype, chunked=True)
 
 

@@ -49,9 +49,9 @@ class StateDtypeChecks:
 
   backend: str
 
+  # Interpreted, a float16 state runs in test_deferred (with bfloat16 activations).
   @pytest.mark.parametrize("state_dtype,act", matrix(
       [(s, a) for s in STATE_DTYPES for a in (jnp.float32, jnp.bfloat16)], keep={0}))
-  # Interpreted, a float16 state runs in test_deferred (with bfloat16 activations).
   def test_modes_agree_bitwise(self, state_dtype, act, request):
     """Serial prefill hand-off (R > capacity: rounded where compact commits), then verify
     calls with changing state_row; y after every call and the committed states agree."""

@@ -34,10 +34,7 @@ flags.DEFINE_integer("show", 14, "kernels printed, by device time")
 def main(argv):
   del argv
   backend = config_lib.resolve_backend(FLAGS.backend)
-  if FLAGS.geometry == "bolt":
-    ssm, d_model = config_lib.BOLT, 4096
-  else:
-    ssm, d_model = config_lib.Mamba2Config(nheads=8, headdim=16, dstate=32, ngroups=2), 64
+  ssm, d_model = model_bench.geometry(FLAGS.geometry)
   B, R, K = FLAGS.batch, FLAGS.rows, FLAGS.calls
   cfg, params = model_bench.random_model(ssm, d_model, FLAGS.layers, FLAGS.vocab, R,
                                          FLAGS.mode)
