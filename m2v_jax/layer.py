@@ -146,14 +146,15 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
   check_params(cfg, params)
   out, state = mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
                              num_rows=num_rows, prefill=prefill, chunked=chunked,
-                             cu_seqlens=cu_seqlens, backend=backend)
+                             cu_seqlens=cu_seqlens, backend=backend, out_dtype=hidden.dtype)
   return out.astype(hidden.dtype), state
 
 
 def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
                   cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
-                  cu_seqlens=None, backend: str | None = None):
-  """`mixer` in float32 before the cast (a head shard's partial out_proj sum); params unchecked."""
+                  cu_seqlens=None, backend: str | None = None, out_dtype=f32):
+  """`mixer` with out_proj's product in `out_dtype` (float32: a head shard's partial sum);
+  params unchecked."""
   dtype = hidden.dtype
   z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj, dtype))
   if cu_seqlens is not None:

@@ -199,3 +199,31 @@ def test_dual_form_calls_match_the_float64_recurrence(R, capacity):
   keep = min(R, capacity)
   assert spec_error(y, y64, cfg) < 2e-6
   assert spec_error(new.ssm[:, :keep], s64[:, R - keep:], cfg) < 2e-6
+
+
+def test_mixer_projections_round_once_in_the_activation_dtype():
+  """bfloat16 weights and activations: in_proj's and out_proj's products come back in
+  bfloat16, each float32 sum rounded once (the float32 product cast to bfloat16); the
+  float32 partial output of `mixer_partial` (a head shard's) rounds to the same out."""
+  import jax
+  cfg = m.MixerConfig(ssm=small_cfg(), d_model=32)
+  p = m.layer.random_mixer_params(cfg, 3, weight_dtype=jnp.bfloat16)
+  rng = np.random.default_rng(3)
+  a = dev(rng.normal(size=(2, 5, 32)), jnp.bfloat16)
+  got = m.layer.project(a, p.in_proj, jnp.bfloat16)
+  want = jnp.dot(a.astype(jnp.float32), p.in_proj.astype(jnp.float32),
+                 precision=jax.lax.Precision.HIGHEST)
+  assert got.dtype == jnp.bfloat16
+  assert_bitwise(got, want.astype(jnp.bfloat16), "in_proj")
+  state = m.init_state(cfg.ssm, 2, jnp.float32)
+  out, _ = m.mixer(cfg, p, state, a, [0, 0], backend="reference")
+  partial, _ = m.layer.mixer_partial(cfg, p, m.init_state(cfg.ssm, 2, jnp.float32), a, [0, 0],
+                                     backend="reference")
+  assert out.dtype == jnp.bfloat16 and partial.dtype == jnp.float32
+  assert_bitwise(out, partial.astype(jnp.bfloat16), "out_proj")
+  jaxpr = jax.make_jaxpr(lambda s, h: m.mixer(cfg, p, s, h, [0, 0], backend="reference"))(
+      m.init_state(cfg.ssm, 2, jnp.float32), a)
+  outs = [e.outvars[0].aval for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"
+          and e.invars[1].aval.shape in (p.in_proj.shape, p.out_proj.shape)]
+  assert [(o.shape[-1], o.dtype) for o in outs] == [(cfg.d_in_proj, jnp.bfloat16),
+                                                     (32, jnp.bfloat16)], outs
