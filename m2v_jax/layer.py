@@ -175,7 +175,7 @@ def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_ro
     y, state = ops.verify(ssm, params.ssm, state, xbc, dt, state_row,
                           cache_indices=cache_indices, num_rows=num_rows, backend=backend)
   g = gated_rms_norm(y, z, params.norm_weight, cfg.groups, cfg.norm_eps)
-  return project(g, params.out_proj), state
+  return project(g, params.out_proj, out_dtype), state
 
 
 def state_row_from_accepted(num_accepted_tokens):
