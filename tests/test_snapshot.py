@@ -201,10 +201,10 @@ class SnapshotChecks:
 
   backend: str
 
-  # Interpreted: R = 1, 9 and 37, each at two of the four (S, G) pairs, all four in turn.
+  # Interpreted: R = 1, 9 and 37 over the four (S, G) pairs.
   @pytest.mark.parametrize("R,S,G", matrix(
       [(R, S, G) for R in (1, 5, 8, 9, 12, 37) for S in (8, 16) for G in (1, 2)],
-      keep={0, 3, 13, 14, 20, 23}))
+      keep={0, 13, 14, 23}))
   def test_kernel_matches_reference(self, R, S, G):
     cfg = small_cfg(ngroups=G, capacity=S)
     p = m.random_params(cfg, R + S + G)
