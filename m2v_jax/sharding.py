@@ -240,16 +240,19 @@ def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_a
   Returns `f(params, state, hidden, state_row) -> (out, state)`: params from
   `mixer_to_tp_layout`, the pool from `to_tp_layout`; hidden [B, R, d_model] and out
   replicated over the head axis, the shards' float32 partial outputs summed by `lax.psum`.
-  `mixer_kwargs` go to `mixer` (`prefill`, `chunked`, `backend`).
+  `mixer_kwargs` go to `layer.mixer_partial` (`prefill`, `chunked`, `backend`).
 
   Raises:
     ValueError: the head-axis size does not divide nheads, ngroups and the norm's groups;
-      `cache_indices`, `num_rows` or `state_row` among mixer_kwargs.
+      `cache_indices`, `num_rows`, `state_row` or `out_dtype` among mixer_kwargs.
   """
   for key in ("cache_indices", "num_rows", "state_row"):
     if key in mixer_kwargs:
       raise ValueError(f"{key}: per-sequence arrays are not taken by sharded_mixer (they "
                        f"would not be split with the sequences)")
+  if "out_dtype" in mixer_kwargs:
+    raise ValueError("out_dtype: sharded_mixer sums the shards' float32 partial outputs, then "
+                     "casts to the activation dtype")
   n = mesh.shape[head_axis]
   lcfg = _local_mixer_config(cfg, n)
   h, b = head_axis, batch_axis

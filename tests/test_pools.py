@@ -63,9 +63,9 @@ def test_sharding_with_a_make_mesh_mesh(mode):
 
 @pytest.mark.parametrize("mode", matrix(["snapshot", "compact"], keep={1}))
 def test_sharded_mixer_matches_one_device(mode):
-  """The mixer layer with heads over 2 devices (sequences over 2) against one device: a
-  chunked prefill, then verify calls from mixed rows (interpreted, one: the full matrix adds
-  a verify call first and one of 5 rows)."""
+  """The mixer layer with heads over 2 devices (sequences over 2) against one device.
+  Interpreted: a chunked prefill from a fresh state, then an 8-row verify from mixed rows;
+  compiled or with the full matrix: verify 8, a chunked prefill from mixed rows, verify 5."""
   devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
   if len(devices) < 4:
     pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
@@ -82,6 +82,9 @@ def test_sharded_mixer_checks_the_norm_groups():
   mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("tp",))
   with pytest.raises(ValueError, match="norm's groups=1, got 2"):
     m.sharding.sharded_mixer(mesh, cfg, head_axis="tp")
+  with pytest.raises(ValueError, match="out_dtype: sharded_mixer sums the shards' float32"):
+    m.sharding.sharded_mixer(mesh, m.MixerConfig(ssm=ssm, d_model=48), head_axis="tp",
+                             out_dtype=jnp.bfloat16)
 
 
 def test_reset_entries_checks_shapes():

@@ -309,7 +309,7 @@ class PrefillChecks:
     p = m.random_params(cfg, 9)
     rng = np.random.default_rng(9)
     B, R, E = 6, 77, 8
-    n = np.array([77, 9, 77, 3, 64, 8], np.int32)      # sequence 2: padding
+    n = np.array([77, 9, 64, 3, 64, 8], np.int32)      # sequence 2: padding, n < R
     idx = np.array([5, 0, -1, 2, 7, 3], np.int32)
     state = random_state(cfg, E, rng=rng)
     if cfg.compact:                       # rows pending: folded first, or replayed (n <= 8)

@@ -201,7 +201,7 @@ class SnapshotChecks:
 
   backend: str
 
-  # Interpreted: R = 1, 9 and 37 over the four (S, G) pairs.
+  # Interpreted: R=1 at (S, G) = (8, 1), R=9 at (8, 2) and (16, 1), R=37 at (16, 2).
   @pytest.mark.parametrize("R,S,G", matrix(
       [(R, S, G) for R in (1, 5, 8, 9, 12, 37) for S in (8, 16) for G in (1, 2)],
       keep={0, 13, 14, 23}))
