@@ -144,10 +144,9 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     ValueError / TypeError: as the ops, and parameter shapes that do not match `cfg`.
   """
   check_params(cfg, params)
-  out, state = mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
-                             num_rows=num_rows, prefill=prefill, chunked=chunked,
-                             cu_seqlens=cu_seqlens, backend=backend, out_dtype=hidden.dtype)
-  return out.astype(hidden.dtype), state
+  return mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
+                       num_rows=num_rows, prefill=prefill, chunked=chunked,
+                       cu_seqlens=cu_seqlens, backend=backend, out_dtype=hidden.dtype)
 
 
 def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
