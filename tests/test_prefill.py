@@ -182,6 +182,24 @@ class PrefillChecks:
     assert_close(y, y_ref, 1e-5, "y")
     assert_states_close(got, want, 1e-5)
 
+  def test_chunk_extreme_decays(self):
+    """Head 0's A = -1e4 (every decay past a row's own underflows; dt near 2, so that the
+    diagonal term weighs in y), head 1's A = -1e-3 (decays near one): against the reference."""
+    cfg = small_cfg(headdim=16)
+    p = m.random_params(cfg, 23)
+    p = p._replace(A_log=p.A_log.at[0].set(np.log(1e4)).at[1].set(np.log(1e-3)),
+                   dt_bias=p.dt_bias.at[0].set(2.0))
+    rng = np.random.default_rng(23)
+    B, R = 2, 77
+    state = random_state(cfg, B, rng=rng)
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    rows = np.array([0, 5], np.int32)
+    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
+    y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True)
+    assert_close(y, y_ref, 1e-5, "y")
+    assert_states_close(got, want, 1e-5)
+
   @pytest.mark.parametrize("ngroups,tiles,heads", [
       (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2, state_stages=2,
                        out_heads=2, out_stages=2), (2, 2)),
