@@ -9,4 +9,4 @@ O=${OUT:-/tmp/out}; mkdir -p $O
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
 V=128:64:4:1:64:4:16:3:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:2:4:2:2:32:256:4:64:1,128:64:4:1:64:4:16:2:4:2:1:32:256:4:64:1,128:64:4:1:64:4:16:2:4:1:2:32:256:4:64:1,128:64:4:1:64:4:16:2:4:4:2:32:256:4:64:1,128:64:4:1:64:4:16:2:4:1:1:32:256:4:32:1
 timeout -k 5 200 python3 benchmarks/bench.py --suites=chunk_sweep --chunk_variants=$V \
-  --out=$O/chunk_sweep.json 2>&1 | grep -E "^\|" | tee $O/chunk_sweep.txt
+  --out=$O/chunk_sweep.json 2>&1 | grep -E "^\||Error|error" | tee $O/chunk_sweep.txt
