@@ -161,6 +161,13 @@ class PrefillChecks:
 
   backend: str
 
+  def prefill_both(self, cfg, p, state, xbc, dt, rows, z=None):
+    """(y, state) of a chunked prefill on this backend and of the reference's, from copies of
+    `state`: ((y, got), (y_ref, want))."""
+    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
+    want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
+    return m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True), want
+
   @pytest.mark.parametrize("mode,R,capacity", matrix([("snapshot", 9, 8), ("snapshot", 17, 16),
                                                       ("snapshot", 77, 8), ("compact", 37, 8),
                                                       ("compact", 77, 16)], keep={0, 4}))
@@ -176,9 +183,7 @@ class PrefillChecks:
       _, state = m.verify(cfg, p, state, xbc, dt, [0] * B, backend="reference")
     rows = np.array([0, capacity - 1, 3], np.int32)
     xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
-    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
-    y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True)
+    (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, rows, z)
     assert_close(y, y_ref, 1e-5, "y")
     assert_states_close(got, want, 1e-5)
 
@@ -193,10 +198,7 @@ class PrefillChecks:
     B, R = 2, 77
     state = random_state(cfg, B, rng=rng)
     xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-    rows = np.array([0, 5], np.int32)
-    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
-    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
-    y, got = m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True)
+    (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, [0, 5], z)
     assert_close(y, y_ref, 1e-5, "y")
     P = cfg.headdim
     assert_close(y[..., :P], y_ref[..., :P], 1e-5, "y of head 0")
@@ -302,10 +304,7 @@ class PrefillChecks:
     B, R = 2, 200
     state = random_state(cfg, B, dtype, rng=rng)
     xbc, dt = inputs(cfg, B, R, dtype, rng=rng)
-    rows = np.zeros(B, np.int32)
-    ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
-    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, backend="reference")
-    y, got = m.prefill(cfg, p, state, xbc, dt, rows, backend=self.backend, chunked=True)
+    (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, np.zeros(B, np.int32))
     st_bound, y_bound = PRECISION_BOUND[used]
     assert_close(got.ssm, want.ssm, st_bound, "ssm")
     assert_close(y.astype(jnp.float32), y_ref.astype(jnp.float32),
