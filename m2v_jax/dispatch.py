@@ -145,29 +145,37 @@ def _with_trailing(a, value):
   return jnp.concatenate([a, jnp.reshape(value, (1,)).astype(a.dtype)])
 
 
-def body_inputs(plan_: chunk_scan.ChunkPlan, slots, valid, params, conv0, xbc, dt, base, rb):
-  """The bodies' post-conv rows [conv_T, C] and processed dt [conv_T, H] f32, L rows per body
-  slot (zero past its rows), and the conv state after each body [S, C, K-1] f32, for
-  sequences at flat rows `base` [S] with `rb` [S] body rows (0 for one that does not run);
-  `slots` from `chunk_scan.slot_table`, valid [S+1] int32; conv0 [S, C, K-1] is the conv
-  state before each."""
-  cfg, T, L = plan_.cfg, plan_.T, plan_.chunk
-  K = cfg.d_conv
-  post = chunk_conv.body_conv(plan_, slots, valid, xbc, base, rb, conv0, params.conv_weight,
-                              params.conv_bias)
-  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
+def body_inputs(plan_: chunk_scan.ChunkPlan, seg: chunk_scan.Segment, slots, valid, params,
+                conv0, xbc, dt, base, rb):
+  """A segment's post-conv body rows [seg.body * L, C] and processed dt [seg.body * L, H]
+  f32, L rows per body slot (zero past its rows), for sequences at flat rows `base` [S] with
+  `rb` [S] body rows (0 for one that does not run); `slots`: the segment's view
+  (`chunk_scan.segment_view`), valid [S+1] int32; conv0 [S, C, K-1] is the conv state before
+  each sequence."""
+  T, L = plan_.T, plan_.chunk
+  post = chunk_conv.body_conv(plan_, seg, slots, valid, xbc, base, rb, conv0,
+                              params.conv_weight, params.conv_bias)
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias,
+                           plan_.cfg.dt_limit)
   t = jnp.arange(L, dtype=jnp.int32)[None, :]
-  nb = plan_.body_slots
+  nb = seg.body
   src = slots.row0[:nb, None] + t                                          # [slots, L]
   own = (t < slots.rows[:nb, None]) & (slots.body[:nb, None] > 0)
   dts = jnp.where(own[..., None], dtp[jnp.clip(src, 0, T - 1)], 0.0).reshape(nb * L, -1)
+  return post, dts
+
+
+def conv_after_bodies(cfg, conv0, xbc, base, rb):
+  """The conv state [S, C, K-1] f32 after each body of `rb` [S] rows at flat rows `base` [S]
+  of xbc [T, C], from conv0 [S, C, K-1], the state before it."""
+  K, T = cfg.d_conv, xbc.shape[0]
   # The last K-1 raw inputs before each body's end, from [conv0 rows; xbc rows].
   back = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [S, K-1]
   body = xbc[jnp.clip(base[:, None] + back, 0, T - 1)]                       # [S, K-1, C]
   head = jnp.take_along_axis(jnp.swapaxes(conv0, 1, 2),
                              jnp.clip(back + K - 1, 0, K - 2)[..., None], axis=1)
   conv_end = jnp.where((back >= 0)[..., None], body.astype(f32), head.astype(f32))
-  return post, dts, jnp.swapaxes(conv_end, 1, 2)
+  return jnp.swapaxes(conv_end, 1, 2)
 
 
 def packed_slots(plan_: chunk_scan.ChunkPlan, base, n, span, trailing):
@@ -205,13 +213,20 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     start = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, start]
     tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
-  fill = jnp.where(valid | pad, 0.0, jnp.nan).astype(f32)        # y rows of a sequence not run
+  fill = _with_trailing(jnp.where(valid | pad, 0.0, jnp.nan).astype(f32), 0.0)  # y not run
   runs = _with_trailing(valid.astype(i32), 0)
-  post, dtp, conv_end = body_inputs(p, slots, runs, params, conv0, xbc, dt, base,
-                                    jnp.where(valid, rb, 0))
-  ssm, y = chunk_scan.chunk_scan(
-      p, slots, _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0),
-      runs, _with_trailing(fill, 0.0), post, dtp, z, params.A_log, params.D, state.ssm)
+  rb_run = jnp.where(valid, rb, 0)
+  idx, slot0 = _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0)
+  ssm, y, carry = state.ssm, None, None
+  for seg in p.segments:            # one after the other: a segment's scratch, then the next's
+    view = chunk_scan.segment_view(slots, seg)
+    rows_in = xbc
+    if y is not None:
+      rows_in, y = lax.optimization_barrier((xbc, y))
+    post, dtp = body_inputs(p, seg, view, runs, params, conv0, rows_in, dt, base, rb_run)
+    ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, idx, slot0, runs, fill, post, dtp, z,
+                                          params.A_log, params.D, ssm, y, carry)
+  conv_end = conv_after_bodies(cfg, conv0, xbc, base, rb_run)
   target = jnp.where(valid, ci, E)                               # invalid: dropped
   if cfg.compact:
     conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")

@@ -74,8 +74,9 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
 
   Args, returns: as `verify`, plus `chunked` (ignored by the reference backend) and
   `chunk_tiles` (overrides `chunk_tile_config`). The chunked path's scratch grows with B x R
-  (0.18 GB for one sequence of 4096 rows at Bolt geometry, bfloat16); prompts of different
-  lengths are better given to `prefill_packed`.
+  up to `ChunkTiles.scratch_mb` (100 MB by default) per sequence, past which the body runs in
+  segments (docs/design.md, "Segments"); prompts of different lengths are better given to
+  `prefill_packed`.
 
   Raises:
     ValueError / TypeError: as `verify` (any R); `chunked=True` or a ragged R > capacity on a
@@ -120,7 +121,8 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
     xbc: [T, C] raw rows of all prompts; dt: [T, H]; float32, bfloat16 or float16.
     cu_seqlens: [S+1] int32 offsets: 0 first, increasing (every prompt has a row), at most T.
     state_row: [S] int32 (or one int for all), as in `prefill`.
-    chunk_tiles: overrides `chunk_tile_config`.
+    chunk_tiles: overrides `chunk_tile_config` (its `scratch_mb` bounds the scratch to that
+      many MB per prompt).
 
   Returns:
     (y [T, H*P] in xbc's dtype, 0 past cu_seqlens[S]; new state). A prompt rejected on the

@@ -127,21 +127,27 @@ def test_committed_state_fold_lowers():
   assert text.count("__gpu$xla.gpu.triton") == 2
 
 
-def chunked_launches(mode: str) -> int:
-  """Launches of a Bolt bf16 chunked prefill: body conv (2) + chunked scan (4, or 3 with the
-  table's fused_pass) + verify tail (conv, ssm) + its y rows (1) + compact fold (conv, ssm)."""
+def chunked_launches(mode: str, segments: int = 1) -> int:
+  """Launches of a Bolt bf16 chunked prefill: per segment body conv (2) + chunked scan (4, or
+  3 with the table's fused_pass); verify tail (conv, ssm) + its y rows (1) + compact fold
+  (conv, ssm)."""
   fused = m.chunk_tile_config(m.BOLT, "bf16").fused_pass
-  return 9 - fused + (2 if mode == "compact" else 0)
+  return segments * (6 - fused) + 3 + (2 if mode == "compact" else 0)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-@pytest.mark.parametrize("B,R,z", matrix([(2, 4096, False), (2, 77, True), (1, 37, False)],
-                                         keep={1, 2}))
-def test_chunked_prefill_lowers(mode, B, R, z):
-  """Long and short calls; at R=37 y has fewer rows than one chunk."""
+@pytest.mark.parametrize("B,R,z,segments", matrix([
+    (2, 4096, False, 2), (1, 4096, True, 2), (2, 77, True, 1), (1, 37, False, 1)],
+    keep={1, 2, 3}))
+def test_chunked_prefill_lowers(mode, B, R, z, segments):
+  """Long and short calls; at R=37 y has fewer rows than one chunk; at R=4096 the body's
+  scratch takes two segments (states carried between them)."""
   cfg = m.BOLT.replace(replay_mode=mode)
+  plan = dispatch.chunk_plan(cfg, "pallas", m.state_shapes(cfg, B), B * R, B, jnp.bfloat16,
+                             z, R - cfg.capacity)
+  assert len(plan.segments) == segments
   text = lower(cfg, B, R, z, chunked=True)
-  assert text.count("__gpu$xla.gpu.triton") == chunked_launches(mode)
+  assert text.count("__gpu$xla.gpu.triton") == chunked_launches(mode, segments)
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])

@@ -1,11 +1,15 @@
 """Packed prefill (`cu_seqlens`) against one-by-one prefills, the float64 oracle and both modes."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import m2v_jax as m
+from m2v_jax import dispatch
+from m2v_jax.kernels import chunk_scan as pk
 from tests.helpers import (dev, assert_bitwise, assert_close, copy_state, matrix, np_rows,
                            random_state, small_cfg)
 
@@ -146,6 +150,49 @@ class PackedChecks:
     assert_close(y[take], y_ref, 1e-5, "y of the prompts run")
     for e in (0, 4):
       assert_close(got.ssm[e], want.ssm[e], 1e-5, f"ssm of entry {e}")
+
+
+  @pytest.mark.parametrize("mode,fused,q", matrix([
+      ("snapshot", 1, 1), ("compact", 0, 2), ("compact", 1, 3), ("snapshot", 0, 1)],
+      keep={0, 1}))
+  def test_segments_equal_one_scan(self, mode, fused, q):
+    """Body slots scanned in segments of q slots (`ChunkTiles.scratch_mb` just above q slots'
+    scratch and the carried states) against one scan, bitwise: y and every entry of a
+    bfloat16 pool (the states carried between segments stay float32), bodies crossing
+    segments, a gate, a padding entry and a rejected prompt, with either pass kernel."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    p = m.random_params(cfg, 8)
+    rng = np.random.default_rng(8)
+    lengths = [45, 5, 12, 61, 20]
+    S, E = len(lengths), 6
+    cu, xbc, dt = packed_inputs(cfg, lengths, 2, rng)
+    z = dev(rng.normal(size=(xbc.shape[0], cfg.d_inner)), jnp.float32)
+    idx = np.array([0, -1, 2, 3, 4], np.int32)
+    rows = np.array([1, 0, 9, 0, 0], np.int32)   # 9: prompt 2 rejected on the device
+    state = random_state(cfg, E, rng=rng)
+    state = state._replace(ssm=state.ssm.astype(jnp.bfloat16))
+    one_scan = m.ChunkTiles(chunk=16, fused_pass=fused, scratch_mb=0)
+    plan = dispatch.chunk_plan(cfg, self.backend, state, xbc.shape[0], S, xbc.dtype, True,
+                               xbc.shape[0] - cfg.capacity, one_scan)
+    assert len(plan.segments) == 1
+    per_prompt = (plan.carry_bytes + q * plan.slot_bytes + S) / (S * 1e6)   # MB a prompt
+    tiles = dataclasses.replace(one_scan, scratch_mb=per_prompt)
+    cut = dataclasses.replace(plan, tiles=tiles)
+    assert cut.segment_slots <= q and len(cut.segments) > 2
+    assert pk.scratch_bytes(cut) <= cut.scratch_budget < pk.scratch_bytes(plan)
+    before = copy_state(state)
+    run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu), z=z,
+                                         state_row=jnp.asarray(rows),
+                                         cache_indices=jnp.asarray(idx),
+                                         backend=self.backend, chunk_tiles=t)
+    y1, one = run(clone(state), one_scan)
+    y, got = run(state, tiles)
+    assert_bitwise(y, y1, "y")
+    for name, a, b in zip(type(got)._fields, got, one):
+      assert_bitwise(a, b, name)
+    for e in (2, 5):                                 # rejected, unused
+      for name, a, b in zip(type(got)._fields, got, before):
+        assert_bitwise(a[e], b[e], f"entry {e}: {name}")
 
 
 class TestPackedInterpret(PackedChecks):

@@ -36,9 +36,10 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   dtr = dev(rng.uniform(0, 1, size=(plan.conv_T, cfg.nheads)), jnp.float32)
   p = m.random_params(cfg, 3)
   ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
-  _, y = pk.chunk_scan(plan, slots, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
-                       jnp.asarray([0.0, 7.0, 0.0], jnp.float32), xr, dtr, None, p.A_log, p.D,
-                       ssm)
+  seg, = plan.segments
+  _, y, _ = pk.chunk_scan(plan, seg, slots, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
+                          jnp.asarray([0.0, 7.0, 0.0], jnp.float32), xr, dtr, None, p.A_log,
+                          p.D, ssm)
   y = np.asarray(y)
   assert y.shape == (T, cfg.d_inner)
   assert np.all(np.isfinite(y[:rb[0]])), "the body of the sequence run"
@@ -94,9 +95,11 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   base, rb = i32([0, R]), i32([Rb, Rb])
   slots = pk.slot_table(plan, i32([0, R, B * R]), i32([R, R, 0]), i32([R, R, 0]),
                         i32([Rb, Rb, 0]))
-  post, dtp, conv_end = dispatch.body_inputs(plan, slots, i32([1, 1, 0]), p, conv0,
-                                             xbc.reshape(B * R, -1), dt.reshape(B * R, -1),
-                                             base, rb)
+  seg, = plan.segments
+  flat_x = xbc.reshape(B * R, -1)
+  post, dtp = dispatch.body_inputs(plan, seg, slots, i32([1, 1, 0]), p, conv0, flat_x,
+                                   dt.reshape(B * R, -1), base, rb)
+  conv_end = dispatch.conv_after_bodies(cfg, conv0, flat_x, base, rb)
   want, want_end = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
   assert post.dtype == dtype                      # rounded to the activations: stored so
@@ -107,6 +110,29 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   dtp = np.asarray(dtp)[:B * per * L].reshape(B, per * L, -1)
   assert_bitwise(dtp[:, Rb:], np.zeros_like(dtp[:, Rb:]), "dt past the bodies")
   assert_bitwise(conv_end, want_end, "conv state after the body")
+
+
+def test_scratch_limit_cuts_long_bodies_into_segments():
+  """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=4096, 175 MB in one scan, runs in
+  two segments within the limit (the carried states counted), R=512 in one; B=2 has twice
+  the limit; scratch_mb=0 keeps one scan. The segments tile the slot table once, in order,
+  and hold scratch for every body slot (the first `body_slots`)."""
+  tiles = m.chunk_tile_config(m.BOLT, "bf16")
+  assert tiles.scratch_mb == 100
+  plan = lambda R, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, T=B * R, S=B, E=B, has_z=False,
+                                              y_dtype=jnp.bfloat16, tiles=t,
+                                              max_body=R - m.BOLT.capacity)
+  one = plan(4096, t=dataclasses.replace(tiles, scratch_mb=0))
+  assert len(one.segments) == 1 and 175e6 < pk.scratch_bytes(one) < 176e6
+  for R, B, count in ((512, 1, 1), (4096, 1, 2), (4096, 2, 2), (13700, 1, 7)):
+    p = plan(R, B)
+    segs = p.segments
+    assert len(segs) == count, (R, B)
+    assert pk.scratch_bytes(p) <= B * 100e6
+    assert [s.start for s in segs] == [0] + [s.stop for s in segs[:-1]]
+    assert segs[-1].stop == p.n_slots and sum(s.body for s in segs) == p.body_slots
+    assert all(s.body == s.stop - s.start for s in segs[:-1])
+    assert max(s.body for s in segs) - min(s.body for s in segs) <= 1, "evened out"
 
 
 def test_chunk_heads_keep_the_grid_full():

@@ -14,6 +14,8 @@
 #                benchmarks/bench.py suites of those names (-> NAME.json)
 #   precision    tools/prefill_precision_error.py: the chunked prefill's error at each product
 #                precision against a float64 oracle (-> prefill_precision.json)
+#   memory       tools/prefill_memory.py: XLA's temporary bytes of compiled chunked prefills,
+#                with and without the scratch limit (-> prefill_memory.json)
 #   model        benchmarks/model_bench.py: 8 Bolt layers with projections, greedy vs
 #                speculative in both modes, tokens/s (-> model.json; M2V_MODEL_ARGS adds flags)
 #   decode       the example decoder in both modes, timed
@@ -65,6 +67,7 @@ for s in $STAGES; do
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
     precision) stage precision 200 $PY tools/prefill_precision_error.py \
                  --out="$OUT/prefill_precision.json" ;;
+    memory) stage memory 200 $PY tools/prefill_memory.py --out="$OUT/prefill_memory.json" ;;
     model) stage model 300 $PY benchmarks/model_bench.py --out="$OUT/model.json" ${M2V_MODEL_ARGS:-} ;;
     decode) stage decode 120 $PY examples/decode.py --replay_mode=compact --max_new_tokens=400 \
               --repeats=5 ;;

@@ -10,6 +10,7 @@ the register spills discussed in BENCHMARKS.md.
 
     python tools/sass.py --mode=compact --rows=8 --out=/tmp/sass
     python tools/sass.py --mode=snapshot --rows=4096 --chunked --out=/tmp/sass
+    python tools/sass.py --mode=snapshot --rows=2048 --chunked --precision=highest
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def _define_flags():
   flags.DEFINE_integer("batch", 1, "sequences B of the call")
   flags.DEFINE_bool("chunked", False, "a chunked prefill call (R > capacity)")
   flags.DEFINE_string("out", "/tmp/m2v_sass", "output directory")
+  flags.DEFINE_enum("precision", None, list(config_lib.PREFILL_PRECISIONS),
+                    "the chunked prefill's products (default: by activation dtype)")
   flags.DEFINE_string("tiles", None, "verify tiles, as `TileConfig.replace_from_text` reads "
                       "them (default: the table's)")
 
@@ -79,7 +82,7 @@ def histogram(sass: str) -> collections.Counter:
 
 def main(argv):
   del argv
-  cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode)
+  cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode, prefill_precision=FLAGS.precision)
   os.makedirs(FLAGS.out, exist_ok=True)
   tiles = None
   if FLAGS.tiles:

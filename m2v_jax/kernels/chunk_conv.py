@@ -10,7 +10,8 @@ from jax.experimental import pallas as pl
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
-from m2v_jax.kernels.chunk_scan import ChunkPlan, Slots
+from m2v_jax.kernels import chunk_scan
+from m2v_jax.kernels.chunk_scan import ChunkPlan, Segment, Slots
 
 f32 = jnp.float32
 INTERPRET_UNROLL = 8     # body-conv rows per loop step interpreted (compiled: all of a block's)
@@ -31,7 +32,7 @@ def _output(plan, w_ref, bias_ref, cols, window):
 
 def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_ref, bias_ref,
                  post_ref, plan: ChunkPlan):
-  """Body conv, grid (conv_T / conv_rows, C / conv_cols): block q of slot q // (L / conv_rows),
+  """Body conv, grid (rows / conv_rows, C / conv_cols): block q of slot q // (L / conv_rows),
   one row at a time with the last K-1 input rows carried, so each input row is loaded once;
   taps from the previous rows of xbc (`_head_kernel` then rewrites each body's first K-1
   rows); rows past the slot's are zero; slots that do not run are left unwritten (not read).
@@ -40,7 +41,8 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_r
     xbc_ref   [T, C]           raw rows, sequences back to back
     seq_ref, row_ref, len_ref, body_ref [slots] int32, valid_ref [S+1] int32: `Slots`
     w_ref     [C, K] f32, bias_ref [C] f32
-    post_ref  [conv_T, C]      post-conv rows in the activation dtype, L per body slot
+    post_ref  [rows, C]        post-conv rows in the activation dtype, L per body slot of the
+                               segment
   """
   K, BR, BC, T, L = plan.cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.T, plan.chunk
   U = min(INTERPRET_UNROLL, BR) if plan.interpret else BR
@@ -77,8 +79,8 @@ def _head_kernel(*, xbc_ref, base_ref, rb_ref, first_ref, head_ref, w_ref, bias_
   """The first K-1 rows of each body, their earlier taps from the sequence's conv state,
   grid (S, C / conv_cols).
 
-    base_ref, rb_ref, first_ref [S] int32: first flat row, body rows (0: nothing to do), first
-      slot; head_ref [S, K-1, C]: conv state before each sequence, oldest first; post_ref:
+    base_ref, rb_ref, first_ref [S] int32: first flat row, body rows (0: nothing to do, or a
+      body opening in another segment), first slot; head_ref [S, K-1, C]: conv state before each sequence, oldest first; post_ref:
       `_conv_kernel`'s rows, aliased to post_out_ref.
   """
   K, BC, T, L = plan.cfg.d_conv, plan.conv_cols, plan.T, plan.chunk
@@ -102,15 +104,20 @@ def _head_kernel(*, xbc_ref, base_ref, rb_ref, first_ref, head_ref, w_ref, bias_
                   out.astype(post_out_ref.dtype), own[:, None])
 
 
-def body_conv(plan: ChunkPlan, slots: Slots, valid, xbc, base, rb, conv0, conv_weight,
-              conv_bias):
-  """Post-conv body rows [conv_T, C] (xbc's dtype) of xbc [T, C], L per body slot.
+def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, valid, xbc, base, rb, conv0,
+              conv_weight, conv_bias):
+  """Post-conv body rows [seg.body * L, C] (xbc's dtype) of xbc [T, C], L per body slot of
+  segment `seg` (`slots`: its view).
 
   valid [S+1] int32 (1: runs); base, rb [S] int32: each sequence's first row and body rows
   (0 for one that does not run); conv0 [S, C, K-1]: the conv state before each sequence.
   """
   cfg = plan.cfg
   C = cfg.conv_dim
+  rows = seg.body * plan.chunk
+  tag = chunk_scan.kernel_tag(plan, seg)
+  if slots.opens is not None:
+    rb = jnp.where(slots.opens[:plan.S] > 0, rb, 0)          # its first rows are elsewhere
   launch = lambda kernel, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, plan=plan), num_warps=plan.tiles.conv_warps,
       num_stages=1, interpret=plan.interpret, **kw)
@@ -119,9 +126,9 @@ def body_conv(plan: ChunkPlan, slots: Slots, valid, xbc, base, rb, conv0, conv_w
       inputs=dict(xbc_ref=xbc, seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
                   body_ref=slots.body, valid_ref=valid, w_ref=conv_weight,
                   bias_ref=conv_bias),
-      outputs=dict(post_ref=jax.ShapeDtypeStruct((plan.conv_T, C), plan.y_dtype)),
-      grid=(plan.conv_T // plan.conv_rows, C // plan.conv_cols),
-      name=f"m2v_chunk_conv_{cfg.replay_mode}")["post_ref"]
+      outputs=dict(post_ref=jax.ShapeDtypeStruct((rows, C), plan.y_dtype)),
+      grid=(rows // plan.conv_rows, C // plan.conv_cols),
+      name=f"m2v_chunk_conv_{tag}")["post_ref"]
   return launch(
       _head_kernel,
       inputs=dict(xbc_ref=xbc, base_ref=base, rb_ref=rb, first_ref=slots.first[:plan.S],
@@ -129,4 +136,4 @@ def body_conv(plan: ChunkPlan, slots: Slots, valid, xbc, base, rb, conv0, conv_w
                   post_ref=post),
       outputs=dict(post_out_ref=jax.ShapeDtypeStruct(post.shape, post.dtype)),
       aliases=dict(post_ref="post_out_ref"), grid=(plan.S, C // plan.conv_cols),
-      name=f"m2v_chunk_conv_head_{cfg.replay_mode}")["post_out_ref"]
+      name=f"m2v_chunk_conv_head_{tag}")["post_out_ref"]

@@ -79,7 +79,8 @@ class ChunkPlan:
 
   @property
   def conv_T(self) -> int:
-    """Rows of the post-conv and dt scratch: L per body slot (slot i at rows i*L ..)."""
+    """Rows of the post-conv and dt scratch of all body slots, L per slot (slot i at rows i*L
+    ..); a segment holds `Segment.body` * L of them."""
     return self.body_slots * self.chunk
 
   @property
@@ -138,26 +139,85 @@ class ChunkPlan:
                         and jnp.dtype(self.y_dtype).itemsize == 2)
 
   @property
+  def slot_bytes(self) -> int:
+    """Scratch bytes of one body slot: post-conv rows, processed dt, C·Bᵀ, starting states
+    and, unfused, the chunk states and decays."""
+    cfg, L = self.cfg, self.chunk
+    H = cfg.nheads
+    state = H * cfg.headdim * cfg.dstate
+    own = 0 if self.tiles.fused_pass else 4 * (state + H)
+    return (L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize
+            + 4 * (L * H + cfg.ngroups * L * L) + own + self.st_dtype.itemsize * state)
+
+  @property
+  def carry_bytes(self) -> int:
+    """The float32 states of every sequence carried from one segment into the next."""
+    return 4 * (self.S + 1) * self.cfg.nheads * self.cfg.headdim * self.cfg.dstate
+
+  @property
+  def scratch_budget(self) -> int:
+    """Bytes of scratch the call may take at once: `tiles.scratch_mb` per sequence (0: no
+    limit)."""
+    return int(self.tiles.scratch_mb * 1e6) * self.S
+
+  @property
+  def segment_count(self) -> int:
+    """Segments of the call: one where all body slots' scratch fits `scratch_budget`, else as
+    few as fit it beside the carried states (at least one slot each)."""
+    nb, budget = self.body_slots, self.scratch_budget
+    if not budget or nb * self.slot_bytes <= budget:
+      return 1
+    return -(-nb // max(1, (budget - self.carry_bytes) // self.slot_bytes))
+
+  @property
+  def segment_slots(self) -> int:
+    """Body slots of the largest segment."""
+    return -(-self.body_slots // self.segment_count)
+
+  @property
+  def segments(self) -> tuple["Segment", ...]:
+    """The slot table cut into `segment_count` runs (the last takes the slots past the body
+    slots), scanned one after the other, each with scratch for the body slots it can hold;
+    their body slots differ by one at most."""
+    n, nb = self.segment_count, self.body_slots
+    start = [j * nb // n for j in range(n + 1)]
+    return tuple(Segment(start=start[j], stop=start[j + 1] if j < n - 1 else self.n_slots,
+                         body=start[j + 1] - start[j], index=j, count=n) for j in range(n))
+
+  @property
   def precision(self) -> str:
     """"highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision_for`)."""
     return self.cfg.prefill_precision_for(self.y_dtype)
 
 
 def scratch_bytes(plan: ChunkPlan) -> int:
-  """Bytes of the chunked body's intermediate buffers, all sequences of the call."""
-  cfg, ns, L = plan.cfg, plan.body_slots, plan.chunk
-  H = cfg.nheads
-  states = ns * H * cfg.headdim * cfg.dstate
-  own = 0 if plan.tiles.fused_pass else 4 * (states + ns * H)   # chunk states, decays
-  return (plan.conv_T * cfg.conv_dim * jnp.dtype(plan.y_dtype).itemsize
-          + 4 * (plan.conv_T * H + ns * cfg.ngroups * L * L) + own
-          + plan.st_dtype.itemsize * states)
+  """Bytes of the chunked body's intermediate buffers at once: its largest segment's, and the
+  states carried between segments where there are several."""
+  carry = plan.carry_bytes if len(plan.segments) > 1 else 0
+  return max(seg.body for seg in plan.segments) * plan.slot_bytes + carry
+
+
+class Segment(NamedTuple):
+  """Slots start .. stop - 1 of a call's table, scanned as one: its first `body` slots have
+  scratch rows (every body slot among them does); segment `index` of `count`."""
+
+  start: int
+  stop: int
+  body: int
+  index: int
+  count: int
 
 
 class Slots(NamedTuple):
   """A call's slots (int32, built on the device by `slot_table`): per slot [n_slots] its
   sequence, first flat row, rows (0: unused), and 1 for a body chunk or 0 for rows to fill;
-  per sequence [S + 1] the first body slot and the count."""
+  per sequence [S + 1] the first body slot and the count.
+
+  A segment's view (`segment_view`) holds its slots, the first and count of each sequence's
+  body slots in it, and per sequence whether its body opens in the segment (`opens`), begins
+  in an earlier one (`carry_in`: it starts from the carried state) or goes on in a later one
+  (`carry_out`); the three are None in a call of one segment.
+  """
 
   seq: jax.Array
   row0: jax.Array
@@ -165,6 +225,30 @@ class Slots(NamedTuple):
   body: jax.Array
   first: jax.Array
   count: jax.Array
+  opens: jax.Array | None = None
+  carry_in: jax.Array | None = None
+  carry_out: jax.Array | None = None
+
+
+def kernel_tag(plan: ChunkPlan, seg: Segment) -> str:
+  """The end of a segment's kernel names: the replay mode, then `_s<index>` where a call has
+  several segments."""
+  return plan.cfg.replay_mode + (f"_s{seg.index}" if seg.count > 1 else "")
+
+
+def segment_view(slots: Slots, seg: Segment) -> Slots:
+  """`slots` as segment `seg` sees them (`Slots`); a call's only segment sees them all."""
+  if seg.count == 1:
+    return slots
+  lo, hi = slots.first, slots.first + slots.count
+  end = seg.start + seg.body
+  first = jnp.clip(lo - seg.start, 0, seg.body)
+  count = jnp.clip(hi - seg.start, 0, seg.body) - first
+  flag = lambda c: (c & (count > 0)).astype(jnp.int32)
+  cut = lambda a: a[seg.start:seg.stop]
+  return Slots(cut(slots.seq), cut(slots.row0), cut(slots.rows), cut(slots.body), first, count,
+               opens=flag(lo >= seg.start), carry_in=flag(lo < seg.start),
+               carry_out=flag(hi > end))
 
 
 def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
@@ -223,7 +307,8 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
   """C·Bᵀ of each slot's rows, out_rows rows of it per program, grid (G, body slots,
   chunk / out_rows).
 
-    xr_ref [conv_T, C] post-conv rows; cb_ref [body slots, G, L, L] f32
+    xr_ref [rows, C] post-conv rows, L per body slot of the segment; cb_ref [its body slots,
+      G, L, L] f32
   """
   cfg = plan.cfg
   N, G, HP, L, BM = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk, plan.out_rows
@@ -256,7 +341,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
 
     seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
-    xr_ref [conv_T, C] post-conv rows, dtr_ref [conv_T, H] f32 processed dt: L rows per slot,
+    xr_ref [rows, C] post-conv rows, dtr_ref [rows, H] f32 processed dt: L rows per body slot,
       zero past its rows
     s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
     dec_ref [body slots, H] f32         exp(acum_L)
@@ -281,8 +366,30 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     _for_heads(NH, head)
 
 
+def _start_state(ssm_ref, at, cin_ref, carry_ref, b, h, ps):
+  """A sequence's float32 state before its first body slot of the segment: the pool's at
+  `at`, or the carried one where its body began in an earlier segment."""
+  st = ssm_ref[at].astype(f32)
+  if carry_ref is None:
+    return st
+  cin = cin_ref[b] > 0
+  return jnp.where(cin, backend.load(carry_ref.at[b, h, ps, :], cin), st)
+
+
+def _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps) -> None:
+  """Stores a sequence's state after its last body slot of the segment: into the pool at
+  `at`, or into the carry where its body goes on in a later segment."""
+  if carry_out_ref is None:
+    ssm_out_ref[at] = st.astype(ssm_out_ref.dtype)
+    return
+  cout = cout_ref[b] > 0
+  backend.store(carry_out_ref.at[b, h, ps, :], st, cout)
+  backend.store(ssm_out_ref.at[at], st.astype(ssm_out_ref.dtype), jnp.logical_not(cout))
+
+
 def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
-                              dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref,
+                              dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
+                              carry_ref=None, cout_ref=None, carry_out_ref=None,
                               plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_state` and st = dec * st + own.
@@ -296,11 +403,11 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   ps = pl.ds(pid_p * BP, BP)
   first = first_ref[b]
   bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
+  at = (e,) + (() if cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    slot = () if cfg.compact else (slot_ref[b],)
-    st = ssm_ref[(e,) + slot + (h, ps, slice(None))].astype(f32)
+    st = _start_state(ssm_ref, at, cin_ref, carry_ref, b, h, ps)
 
     def chunk(c, st):
       i = first + c
@@ -311,31 +418,34 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
       return dec * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
-    ssm_out_ref[(e,) + slot + (h, ps, slice(None))] = st.astype(ssm_out_ref.dtype)
+    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
 def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
-                       ssm_ref, ssm_out_ref, st_ref, plan: ChunkPlan):
+                       ssm_ref, ssm_out_ref, st_ref, cin_ref=None, carry_ref=None,
+                       cout_ref=None, carry_out_ref=None, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, S+1): st = dec * st + s over a sequence's slots.
 
-    idx_ref, slot_ref, valid_ref, first_ref, count_ref [S+1] int32: entry, starting slot
-      (snapshot), 1 if it runs, first body slot, body slots
+    idx_ref, slot_ref, valid_ref [S+1] int32: entry, starting slot (snapshot), 1 if it runs
+    first_ref, count_ref [S+1] int32: first body slot and body slots in the segment
     ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
     st_ref [body slots, H, P, N] `st_dtype`: each slot's starting state (bf16 where the output
       kernel's products round it to bf16 anyway); not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
+    cin_ref, cout_ref [S+1] int32: 1 where a body began in an earlier segment, goes on in a
+      later one (`Slots`); carry_ref [S+1, H, P, N] f32: the states carried in, aliased to
+      carry_out_ref, those carried out (absent where no segment comes before or after).
   """
-  cfg = plan.cfg
   BP = plan.block_p
-  compact = cfg.compact
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
   first = first_ref[b]
+  at = (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    st = (ssm_ref[e, h, ps, :] if compact else ssm_ref[e, slot_ref[b], h, ps, :]).astype(f32)
+    st = _start_state(ssm_ref, at, cin_ref, carry_ref, b, h, ps)
 
     def chunk(c, st):
       own = s_ref[first + c, h, ps, :]
@@ -343,24 +453,22 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
       return dec_ref[first + c, h] * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
-    st = st.astype(ssm_out_ref.dtype)
-    if compact:
-      ssm_out_ref[e, h, ps, :] = st
-    else:
-      ssm_out_ref[e, slot_ref[b], h, ps, :] = st
+    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
-                      dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_ref,
-                      plan: ChunkPlan):
+                      dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
+                      y_ref, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
     cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
     sequence not run and of its rows past n; xr_ref, dtr_ref as `_chunk_states_kernel`;
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
-    verify tails' rows are not).
+    verify tails' rows and other segments' are not), aliased to y_in_ref after the first
+    segment.
   """
+  del y_in_ref
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH, BM = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads, plan.out_rows
@@ -453,44 +561,55 @@ def write_rows(plan: ChunkPlan, y, rows, row0, count):
       interpret=plan.interpret, name="m2v_chunk_tail_rows")["y_out_ref"]
 
 
-def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, xr, dtr, z,
-               A_log, D, ssm):
-  """The chunked scan's kernels over the slots of `slot_table` (three with `fused_pass`).
+def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot, valid, fill,
+               xr, dtr, z, A_log, D, ssm, y=None, carry=None):
+  """The chunked scan's kernels over one segment's slots (three with `fused_pass`).
 
   Args:
     plan: the launch.
-    slots: `Slots`.
+    seg: the segment (`plan.segments`); slots: its view (`segment_view`).
     cache_indices, slot, valid: [S+1] int32 entry, starting slot (snapshot), 1 if it runs.
     fill: [S+1] float32 y of the rows of a sequence not run and past its n (NaN, 0).
-    xr, dtr: [conv_T, C] post-conv rows and [conv_T, H] float32 processed dt, L rows per body
-      slot (zero past its rows).
+    xr, dtr: [seg.body * L, C] post-conv rows and [seg.body * L, H] float32 processed dt, L
+      rows per body slot (zero past its rows).
     z: optional [T, H*P] gate; A_log, D: [H] float32.
     ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
+    y: the previous segment's y (None for the first), written in place.
+    carry: the previous segment's carried states [S+1, H, P, N] float32 (None for the first).
 
   Returns:
-    (ssm, y [T, H*P] in the activation dtype; the verify tails' rows left unwritten).
+    (ssm, y [T, H*P] in the activation dtype with the segment's slots' rows written, the
+    states carried out, None after the last segment).
   """
   cfg, t = plan.cfg, plan.tiles
   H, P, N, G, L = cfg.nheads, cfg.headdim, cfg.dstate, cfg.ngroups, plan.chunk
-  ns, nb = plan.n_slots, plan.body_slots
+  S1 = plan.S + 1
+  nb = seg.body
   sds = jax.ShapeDtypeStruct
   tiles_p = P // plan.local_block_p
   table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
                valid_ref=valid)
   launch = lambda kernel, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
+  more = seg.index < seg.count - 1
+  tag = kernel_tag(plan, seg)
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
-                    st_ref=sds((nb, H, P, N), plan.st_dtype))
+                    st_ref=sds((nb, H, P, N), plan.st_dtype),
+                    carry_out_ref=sds((S1, H, P, N), f32) if more else None)
   passing = dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
-                 count_ref=slots.count)
+                 count_ref=slots.count, cin_ref=slots.carry_in if seg.index else None,
+                 carry_ref=carry if seg.index else None,
+                 cout_ref=slots.carry_out if more else None)
+  carried = dict(ssm_ref="ssm_out_ref")
+  if seg.index and more:
+    carried["carry_ref"] = "carry_out_ref"
   if t.fused_pass:
     passed = launch(
         _chunk_states_pass_kernel,
         inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
-        outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
-        grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.state_warps,
-        num_stages=t.state_stages,
-        name=f"m2v_chunk_states_pass_{cfg.replay_mode}")
+        outputs=passed_out, aliases=carried,
+        grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
+        name=f"m2v_chunk_states_pass_{tag}")
   else:
     own = launch(
         _chunk_states_kernel,
@@ -498,24 +617,25 @@ def chunk_scan(plan: ChunkPlan, slots: Slots, cache_indices, slot, valid, fill, 
         outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
         grid=(H // plan.state_heads * tiles_p, nb),
         num_warps=t.state_warps, num_stages=t.state_stages,
-        name=f"m2v_chunk_states_{cfg.replay_mode}")
+        name=f"m2v_chunk_states_{tag}")
     passed = launch(
         _chunk_pass_kernel,
         inputs=dict(passing, dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
-        outputs=passed_out, aliases=dict(ssm_ref="ssm_out_ref"),
-        grid=(P // plan.block_p, H, plan.S + 1), num_warps=t.num_warps,
-        num_stages=t.num_stages, name=f"m2v_chunk_pass_{cfg.replay_mode}")
+        outputs=passed_out, aliases=carried,
+        grid=(P // plan.block_p, H, S1), num_warps=t.num_warps,
+        num_stages=t.num_stages, name=f"m2v_chunk_pass_{tag}")
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
       outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
-      num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{cfg.replay_mode}")
+      num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{tag}")
   out = launch(
       _chunk_out_kernel,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
-                  d_ref=D),
+                  d_ref=D, y_in_ref=y),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
-      grid=(H // plan.out_heads * tiles_p, ns, L // plan.out_rows),
+      aliases=dict(y_in_ref="y_ref") if y is not None else None,
+      grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),
       num_warps=t.out_warps, num_stages=t.out_stages,
-      name=f"m2v_chunk_out_{cfg.replay_mode}")
-  return passed["ssm_out_ref"], out["y_ref"]
+      name=f"m2v_chunk_out_{tag}")
+  return passed["ssm_out_ref"], out["y_ref"], passed.get("carry_out_ref")

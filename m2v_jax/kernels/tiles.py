@@ -128,9 +128,13 @@ class ChunkTiles:
       `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
       conv_rows + K-1 input rows are loaded at once, so large conv_rows spill registers).
+    scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once: longer bodies
+      run in segments of body slots, one after the other (`chunk_scan.ChunkPlan.segments`);
+      0 for no limit.
 
   Raises:
-    ValueError: a field that must be a power of two and is not, or a stage count below 1.
+    ValueError: a field that must be a power of two and is not, a stage count below 1, a
+      negative scratch_mb.
   """
 
   chunk: int = 64
@@ -149,8 +153,12 @@ class ChunkTiles:
   conv_warps: int = 4
   out_rows: int = 64
   fused_pass: int = 0
+  scratch_mb: float = 100.0
 
   def __post_init__(self):
+    if not self.scratch_mb >= 0:
+      raise ValueError(f"ChunkTiles.scratch_mb: expected >= 0 (0: no limit), got "
+                       f"{self.scratch_mb}")
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
