@@ -861,6 +861,8 @@ flags.DEFINE_integer("min_calls", 16, "calls per timed dispatch (at least; fewer
 flags.DEFINE_integer("blocks", 15, "timed blocks per case")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "activation dtype")
 flags.DEFINE_enum("geometry", "bolt", list(GEOMETRY), "layer geometry (small: a CPU smoke run)")
+flags.DEFINE_enum("prefill_precision", None, list(config_lib.PREFILL_PRECISIONS),
+                  "the geometry's prefill_precision (default: by activation dtype)")
 flags.DEFINE_enum("backend", config_lib.PALLAS, list(config_lib.BACKENDS), "kernel backend")
 flags.DEFINE_list("batches", ["1", "8", "32", "128"], "batch sizes of the batch and loop suites "
                   "(the batch suite leaves B=1 to the main suite)")
@@ -899,7 +901,7 @@ def main(argv):
     _backend_name = config_lib.resolve_backend(FLAGS.backend)
   except ValueError as err:
     sys.exit(f"bench.py: {err}")
-  _geom = GEOMETRY[FLAGS.geometry]
+  _geom = GEOMETRY[FLAGS.geometry].replace(prefill_precision=FLAGS.prefill_precision)
   dtype = jnp.dtype(FLAGS.dtype)
   bw = copy_bandwidth(FLAGS.copy_mib * MiB)
   dev = jax.devices()[0]
@@ -907,7 +909,7 @@ def main(argv):
               platform=dev.platform, jax=jax.__version__, python=platform.python_version(),
               copy_bandwidth_gbps={k: v / 1e9 for k, v in bw.items()}, dtype=str(dtype),
               banks=FLAGS.banks, blocks=FLAGS.blocks, geometry=FLAGS.geometry,
-              backend=FLAGS.backend)
+              prefill_precision=FLAGS.prefill_precision, backend=FLAGS.backend)
   print(json.dumps(meta, indent=1), flush=True)
   results = dict(meta=meta)
   for suite in FLAGS.suites:

@@ -4,6 +4,8 @@ Interpret mode accepts what the Triton lowering rejects (blocks whose size is no
 two, primitives without a Triton rule); lowering for an abstract H200 catches those on CPU.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -108,6 +110,27 @@ def test_16bit_state_takes_fewer_y_passes(act, R, fewer):
   chunks = cfg.dstate // m.tile_config(cfg, 2).n_cols
   full = dots(jnp.float32)
   assert [full - dots(jnp.float16), full - dots(jnp.bfloat16)] == [f * chunks for f in fewer]
+
+
+@pytest.mark.parametrize("act,passes", [
+    (jnp.bfloat16, {"cb": ["bf16"], "states": ["bf16"] * 3, "out": ["bf16"] * 6}),
+    (jnp.float16, {"cb": ["tf32"], "states": ["tf32"] * 2, "out": ["tf32"] * 4}),
+    (jnp.float32, {"cb": ["tf32x3"], "states": ["tf32x3"], "out": ["tf32x3"] * 2})])
+def test_highest_prefill_keeps_activation_operands_whole(act, passes):
+  """At "highest" the chunked prefill's products keep 16-bit post-conv rows (x, B, C) whole:
+  C·Bᵀ one pass; a product with a float32 operand (decay-weighted B or C·Bᵀ, the starting
+  state) three bf16 passes on its parts (bfloat16 activations) or a TF32 head and middle
+  (float16); float32 activations keep three TF32 passes of every product."""
+  cfg = m.BOLT.replace(prefill_precision="highest")
+  irs = backend.triton_kernels(
+      lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,
+                                    ragged=False),
+      *dispatch.abstract_call_args(cfg, 1, 200, dtype=act), donate_argnums=(1,))
+  for kernel, want in passes.items():
+    dots = re.findall(r"tt\.dot .*inputPrecision = (\w+) : tensor<\w+x(\w+)>",
+                      irs[f"m2v_chunk_{kernel}_snapshot"][0])
+    got = ["bf16" if operand == "bf16" else precision for precision, operand in dots]
+    assert got == want, kernel
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])

@@ -9,6 +9,7 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import dispatch
+from m2v_jax.kernels import backend
 from m2v_jax.kernels import chunk_scan as pk
 from tests.helpers import (FULL_MATRIX, matrix, assert_bitwise, assert_close,
                            assert_states_close, check_chunked_pool, copy_state, dev, every_case,
@@ -212,6 +213,27 @@ class PrefillChecks:
     (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, rows, z)
     assert_close(y, y_ref, 1e-5, "y")
     assert_states_close(got, want, 1e-5)
+
+  def test_highest_bf16_passes_keep_float32_accuracy(self, monkeypatch):
+    """"highest" products with bfloat16 activations (`ChunkPlan.products`: bf16 passes on
+    the float32 operands' three parts, post-conv rows whole; interpreted, the passes the
+    tensor cores would run): the final state and y within the "highest" bounds of the
+    reference (y's bf16 roundings mostly agree; one part alone errs by ~1e-3)."""
+    if self.backend == "interpret":
+      real = pk.ChunkPlan.products
+      monkeypatch.setattr(pk.ChunkPlan, "products", property(
+          lambda plan: real.fget(plan) and backend.Products(True, tensor_cores=True,
+                                                            bf16_rows=True)))
+    cfg = small_cfg(mode="compact", headdim=16).replace(prefill_precision="highest")
+    p = m.random_params(cfg, 9)
+    rng = np.random.default_rng(9)
+    B, R = 2, 200
+    state = random_state(cfg, B, jnp.bfloat16, rng=rng)
+    xbc, dt = inputs(cfg, B, R, jnp.bfloat16, rng=rng)
+    (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, [0, 0])
+    st_bound, y_bound = PRECISION_BOUND["highest"]
+    assert_close(got.ssm, want.ssm, st_bound, "ssm")
+    assert_close(y.astype(jnp.float32), y_ref.astype(jnp.float32), y_bound, "y")
 
   def test_chunk_extreme_decays(self):
     """Head 0's A = -1e4 (every decay past a row's own underflows; dt near 2, so that the

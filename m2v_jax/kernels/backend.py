@@ -160,7 +160,8 @@ BF16_MIN_K = 16
 
 
 class Products:
-  """The verify kernels' float32-accurate 2-D products (`kernels.dual`), float32 accumulation.
+  """Float32-accurate 2-D products with float32 accumulation: the verify kernels'
+  (`kernels.dual`), and the chunked prefill's at "highest" with 16-bit activations.
 
   Compiled, every pass's operands are exact in its input type: bf16 passes (bfloat16
   activations, contraction >= BF16_MIN_K) split a float32 operand into three bfloat16 parts
@@ -210,6 +211,11 @@ class Products:
     if b_mid is not None:
       total = add(total, one(a_hi, b_mid))
     return add(total, one(a_hi, b_hi))
+
+  def product(self, a, b, split, *, trans_a=False, trans_b=False, acc=None):
+    """acc + op(a) op(b) of 2-D tiles (float32 arrays); `split` names the operands that hold
+    float32 values ("a", "b" or ""), the others holding activation-dtype values."""
+    return self._dot(a, b, ((0 if trans_a else 1,), (1 if trans_b else 0,)), split, acc)
 
   def rows_t(self, x, w, acc=None):
     """acc + x [K, M]ᵀ w [K, N] (w float32): [M, N]."""

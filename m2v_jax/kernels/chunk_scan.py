@@ -185,6 +185,26 @@ class ChunkPlan:
                          body=start[j + 1] - start[j], index=j, count=n) for j in range(n))
 
   @property
+  def products(self) -> backend.Products | None:
+    """The products at "highest" with 16-bit activations: `backend.Products` passes, which
+    keep the activation-dtype operands (post-conv x, B, C) whole and split only the float32
+    ones (as accurate as three TF32 passes of every product, in fewer passes); else None
+    (`backend.dot` at `precision`)."""
+    if self.precision != config_lib.HIGHEST or jnp.dtype(self.y_dtype).itemsize != 2:
+      return None
+    return backend.Products(exact_rows=True, tensor_cores=not self.interpret,
+                            bf16_rows=jnp.dtype(self.y_dtype) == jnp.bfloat16)
+
+  def dot(self, a, b, split: str, *, trans_a=False, trans_b=False):
+    """float32 op(a) op(b) of 2-D tiles at the plan's precision; `split` names the operands
+    that hold float32 values ("a", "b" or ""; `products`)."""
+    mm = self.products
+    if mm is None:
+      return backend.dot(a, b, precision=self.precision, trans_a=trans_a, trans_b=trans_b,
+                         interpret=self.interpret)
+    return mm.product(a.astype(f32), b.astype(f32), split, trans_a=trans_a, trans_b=trans_b)
+
+  @property
   def precision(self) -> str:
     """"highest", "tf32" or "bf16" (`Mamba2Config.prefill_precision_for`)."""
     return self.cfg.prefill_precision_for(self.y_dtype)
@@ -319,9 +339,7 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
   def _run():
     bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
     cm = xr_ref[pl.ds(i * L + r0, BM), pl.ds(HP + G * N + g * N, N)]   # [BM, N]
-    cb_ref[i, g, pl.ds(r0, BM), :] = backend.dot(cm, bm, trans_b=True,
-                                                 precision=plan.precision,
-                                                 interpret=plan.interpret)
+    cb_ref[i, g, pl.ds(r0, BM), :] = plan.dot(cm, bm, "", trans_b=True)
 
 
 def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP):
@@ -331,8 +349,10 @@ def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, B
   dtv = dtr_ref[rows, h]                                         # [L]
   acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
   w_s = jnp.exp(acum_l - acum) * dtv
-  own = backend.dot(x * w_s[:, None], bm, trans_a=True, precision=plan.precision,
-                    interpret=plan.interpret)
+  if plan.products is None:
+    own = plan.dot(x * w_s[:, None], bm, "a", trans_a=True)
+  else:                                              # x whole, the weights on B
+    own = plan.dot(x, w_s[:, None] * bm.astype(f32), "b", trans_a=True)
   return own, jnp.exp(acum_l)
 
 
@@ -481,8 +501,6 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
-  dot = lambda a, b_, **kw: backend.dot(a, b_, precision=plan.precision,
-                                        interpret=plan.interpret, **kw)
   body = (body_ref[i] > 0) & (valid_ref[s] > 0)
   has_rows = r0 < len_ref[i]
 
@@ -511,12 +529,12 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
         seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
         w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
         cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]
-        return acc + dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols])
+        return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols], "a")
 
       acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
       x = xr_ref[rows, xcols].astype(f32)
       y = acc + d_ref[h] * x
-      cst = dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], trans_b=True)   # C stᵀ
+      cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
       y = y + jnp.exp(acum)[:, None] * cst
       if plan.has_z:
         y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))

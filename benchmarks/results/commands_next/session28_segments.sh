@@ -7,6 +7,9 @@
 #    tiles with scratch_mb=0 (one scan), interleaved; both checked against the serial kernel.
 # 3. prefill (chunked, R=37/512/4096) and ragged (8 packed prompts: one segment; one prompt
 #    of 13,700 rows: seven; the 4000- and 3100-row prompts one by one: two each).
+# 4. "highest" with bfloat16 activations (products keep the post-conv rows whole, session
+#    27): chunk_sweep at R=4096, the table (64-row chunks, two kernels, seven segments)
+#    against one scan, 128-row chunks, and the fused pass at 64 and 128 rows.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -30,4 +33,9 @@ timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill --prefill_cases=ch
 echo "=== ragged $(date -u +%T)"
 timeout -k 5 150 python3 benchmarks/bench.py --suites=ragged --out=$O/ragged.json 2>&1 \
   | grep -E "^\||Error" | tee $O/ragged.txt
+H=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0,128:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0,64:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1
+echo "=== chunk_sweep highest $(date -u +%T)"
+timeout -k 5 200 python3 benchmarks/bench.py --suites=chunk_sweep --prefill_precision=highest \
+  --chunk_variants=$H --out=$O/highest_sweep.json 2>&1 | grep -E "^\||Error|error" \
+  | tee $O/highest_sweep.txt
 echo "=== done $(date -u +%T)"
