@@ -25,7 +25,7 @@
 #   ncu          ncu --clock-control none, a short metric list, on the conv and SSM kernels of
 #                tools/profile_call.py (M2V_NCU_MODES, default compact and snapshot; B=32, R=8,
 #                mixed rows; M2V_PROFILE_ARGS adds flags, e.g. --window=32)
-#   ncu_chunk    the same metrics on the chunked prefill's kernels (B=1, R=4096)
+#   ncu_chunk    the same metrics on the chunked prefill's kernels (B=1, R=4096, bf16)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
 # M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers;
 # M2V_TEST_TIMEOUT: pytest-timeout's limit per GPU test (seconds, default 240).
@@ -97,9 +97,10 @@ for s in $STAGES; do
           --launch-skip 2 --launch-count 2 --metrics "$NCU_METRICS" \
           $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
-    ncu_chunk)  # the chunked prefill's four kernels (conv, chunk states, state passing, output)
+    ncu_chunk)  # the chunked prefill's 11 launches at R=4096 (bf16): per segment (two) conv,
+      # conv head, fused chunk states and passing, C·Bᵀ, output; then the tails' y rows
       XLA_PYTHON_CLIENT_PREALLOCATE=false stage ncu_chunk 150 ncu --clock-control none --kernel-name regex:m2v_chunk \
-        --launch-skip 4 --launch-count 4 --metrics "$NCU_METRICS" \
+        --launch-skip 11 --launch-count 11 --metrics "$NCU_METRICS" \
         $PY tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=1 \
         ${M2V_PROFILE_ARGS:-} ;;
     *) echo "unknown stage $s"; status=1 ;;

@@ -1,41 +1,55 @@
 #!/bin/bash
-# For a later session: the scratch limit (`ChunkTiles.scratch_mb`, 100 MB a sequence by
-# default; session 27, not yet measured). Run from the repository root:
-#   OUT=/tmp/out bash benchmarks/results/commands_next/session28_segments.sh
-# 1. XLA's temporary bytes of compiled prefills, the limit on and off (compile only).
-# 2. chunk_sweep at R=4096: the table (bf16: two segments; float32: nine) against the same
-#    tiles with scratch_mb=0 (one scan), interleaved; both checked against the serial kernel.
-# 3. prefill (chunked, R=37/512/4096) and ragged (8 packed prompts: one segment; one prompt
-#    of 13,700 rows: seven; the 4000- and 3100-row prompts one by one: two each).
-# 4. "highest" with bfloat16 activations (products keep the post-conv rows whole, session
-#    27): chunk_sweep at R=4096, the table (64-row chunks, two kernels, seven segments)
-#    against one scan, 128-row chunks, and the fused pass at 64 and 128 rows.
+# For a later session (prepared in session 27, not yet run): the scratch limit
+# (`ChunkTiles.scratch_mb`, 100 MB a sequence) and "highest" products that keep 16-bit
+# post-conv rows whole. Two device calls of ~6 minutes each, from the repository root:
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session28_segments.sh scratch
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session28_segments.sh highest
+# scratch: 1. XLA's temporary bytes of compiled prefills, the limit on and off (compile only);
+#   2. chunk_sweep at R=4096, the table (bf16: two segments; float32: nine) against the same
+#   tiles with scratch_mb=0 (one scan), interleaved, both checked against the serial kernel;
+#   3. prefill (chunked, R=37/512/4096).
+# highest: 4. ragged (8 packed prompts: one segment; one prompt of 13,700 rows: seven; the
+#   4000- and 3100-row prompts one by one: two each); 5. "highest" with bfloat16 activations:
+#   chunk_sweep at R=4096, the table (64-row chunks, two kernels, seven segments) against one
+#   scan, 128-row chunks and the fused pass at 64 and 128 rows; 6. "highest" before and after
+#   its products change, in turn twice (a copy of the package with highest_products.patch
+#   reversed: three TF32 passes of every product).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
-echo "=== memory $(date -u +%T)"
-timeout -k 5 150 python3 tools/prefill_memory.py --dtypes=bfloat16 --out=$O/memory_bf16.json \
-  2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
-timeout -k 5 90 python3 tools/prefill_memory.py --dtypes=float32 --lengths=4096 --packed= \
-  --out=$O/memory_f32.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_f32.txt
-BF=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0      # the bf16 table entry, one scan
-F32=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0      # the float32 table entry, one scan
-echo "=== chunk_sweep bf16 $(date -u +%T)"
-timeout -k 5 150 python3 benchmarks/bench.py --suites=chunk_sweep --chunk_variants=$BF \
-  --out=$O/segments_sweep_bf16.json 2>&1 | grep -E "^\||Error|error" | tee $O/segments_sweep_bf16.txt
-echo "=== chunk_sweep float32 $(date -u +%T)"
-timeout -k 5 150 python3 benchmarks/bench.py --suites=chunk_sweep --dtype=float32 \
-  --chunk_variants=$F32 --out=$O/segments_sweep_f32.json 2>&1 | grep -E "^\||Error|error" \
-  | tee $O/segments_sweep_f32.txt
-echo "=== prefill $(date -u +%T)"
-timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill --prefill_cases=chunked \
-  --lengths=37,512,4096 --out=$O/prefill.json 2>&1 | grep -E "^\||Error" | tee $O/prefill.txt
-echo "=== ragged $(date -u +%T)"
-timeout -k 5 150 python3 benchmarks/bench.py --suites=ragged --out=$O/ragged.json 2>&1 \
-  | grep -E "^\||Error" | tee $O/ragged.txt
-H=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0,128:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0,64:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1
-echo "=== chunk_sweep highest $(date -u +%T)"
-timeout -k 5 200 python3 benchmarks/bench.py --suites=chunk_sweep --prefill_precision=highest \
-  --chunk_variants=$H --out=$O/highest_sweep.json 2>&1 | grep -E "^\||Error|error" \
-  | tee $O/highest_sweep.txt
+D=benchmarks/results/commands_next
+bench() {  # bench SECONDS NAME ARGS...: one bench.py run, its table rows kept
+  local s=$1 n=$2; shift 2
+  echo "=== $n $(date -u +%T)"
+  timeout -k 5 $s python3 benchmarks/bench.py "$@" --out=$O/$n.json 2>&1 \
+    | grep -E "^\||Error|error" | tee $O/$n.txt
+}
+case ${1:-} in
+  scratch)
+    echo "=== memory $(date -u +%T)"
+    timeout -k 5 150 python3 tools/prefill_memory.py --dtypes=bfloat16 \
+      --out=$O/memory_bf16.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
+    timeout -k 5 90 python3 tools/prefill_memory.py --dtypes=float32 --lengths=4096 --packed= \
+      --out=$O/memory_f32.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_f32.txt
+    # The tables' entries with scratch_mb=0 (one scan).
+    bench 150 segments_sweep_bf16 --suites=chunk_sweep \
+      --chunk_variants=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0
+    bench 150 segments_sweep_f32 --suites=chunk_sweep --dtype=float32 \
+      --chunk_variants=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0
+    bench 120 prefill --suites=prefill --prefill_cases=chunked --lengths=37,512,4096 ;;
+  highest)
+    bench 150 ragged --suites=ragged
+    bench 200 highest_sweep --suites=chunk_sweep --prefill_precision=highest \
+      --chunk_variants=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0,128:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0,64:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1
+    B0=/tmp/m2v_before_products; rm -rf $B0; mkdir -p $B0 && cp -r m2v_jax $B0/ \
+      && (cd $B0 && patch -s -R -p1 < $OLDPWD/$D/highest_products.patch)
+    for i in 1 2; do
+      for v in after before; do
+        P=$PWD; [ $v = before ] && P=$B0:$PWD
+        PYTHONPATH=$P bench 100 highest_${v}_$i --suites=prefill --prefill_cases=chunked \
+          --prefill_precision=highest --lengths=512,4096
+      done
+    done ;;
+  *) echo "usage: $0 scratch|highest"; exit 2 ;;
+esac
 echo "=== done $(date -u +%T)"
