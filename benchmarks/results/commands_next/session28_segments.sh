@@ -10,7 +10,7 @@
 #   3. prefill (chunked, R=37/512/4096).
 # highest: 4. ragged (8 packed prompts: one segment; one prompt of 13,700 rows: seven; the
 #   4000- and 3100-row prompts one by one: two each); 5. "highest" with bfloat16 activations:
-#   chunk_sweep at R=4096, the table (64-row chunks, two kernels, seven segments) against one
+#   chunk_sweep at R=4096, the table (64-row chunks, two kernels, eight segments) against one
 #   scan, 128-row chunks and the fused pass at 64 and 128 rows; 6. "highest" before and after
 #   its products change, in turn twice (a copy of the package with highest_products.patch
 #   reversed: three TF32 passes of every product).
