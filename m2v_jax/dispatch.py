@@ -145,24 +145,15 @@ def _with_trailing(a, value):
   return jnp.concatenate([a, jnp.reshape(value, (1,)).astype(a.dtype)])
 
 
-def body_inputs(plan_: chunk_scan.ChunkPlan, seg: chunk_scan.Segment, slots, valid, params,
-                conv0, xbc, dt, base, rb):
-  """A segment's post-conv body rows [seg.body * L, C] and processed dt [seg.body * L, H]
-  f32, L rows per body slot (zero past its rows), for sequences at flat rows `base` [S] with
-  `rb` [S] body rows (0 for one that does not run); `slots`: the segment's view
-  (`chunk_scan.segment_view`), valid [S+1] int32; conv0 [S, C, K-1] is the conv state before
-  each sequence."""
-  T, L = plan_.T, plan_.chunk
-  post = chunk_conv.body_conv(plan_, seg, slots, valid, xbc, base, rb, conv0,
-                              params.conv_weight, params.conv_bias)
-  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias,
-                           plan_.cfg.dt_limit)
+def slot_dt(plan_: chunk_scan.ChunkPlan, slots, params, dt):
+  """Processed dt [body_slots * L, H] float32 of every body slot (`chunk_scan.slot_table`),
+  L rows per slot, zero past its rows."""
+  T, L, nb = plan_.T, plan_.chunk, plan_.body_slots
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, plan_.cfg.dt_limit)
   t = jnp.arange(L, dtype=jnp.int32)[None, :]
-  nb = seg.body
   src = slots.row0[:nb, None] + t                                          # [slots, L]
   own = (t < slots.rows[:nb, None]) & (slots.body[:nb, None] > 0)
-  dts = jnp.where(own[..., None], dtp[jnp.clip(src, 0, T - 1)], 0.0).reshape(nb * L, -1)
-  return post, dts
+  return jnp.where(own[..., None], dtp[jnp.clip(src, 0, T - 1)], 0.0).reshape(nb * L, -1)
 
 
 def conv_after_bodies(cfg, conv0, xbc, base, rb):
@@ -217,14 +208,16 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   runs = _with_trailing(valid.astype(i32), 0)
   rb_run = jnp.where(valid, rb, 0)
   idx, slot0 = _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0)
+  dts = slot_dt(p, slots, params, dt)          # every segment reads its rows from it
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
     rows_in = xbc
     if y is not None:
       rows_in, y = lax.optimization_barrier((xbc, y))
-    post, dtp = body_inputs(p, seg, view, runs, params, conv0, rows_in, dt, base, rb_run)
-    ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, idx, slot0, runs, fill, post, dtp, z,
+    post = chunk_conv.body_conv(p, seg, view, runs, rows_in, base, rb_run, conv0,
+                                params.conv_weight, params.conv_bias)
+    ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, idx, slot0, runs, fill, post, dts, z,
                                           params.A_log, params.D, ssm, y, carry)
   conv_end = conv_after_bodies(cfg, conv0, xbc, base, rb_run)
   target = jnp.where(valid, ci, E)                               # invalid: dropped

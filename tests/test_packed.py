@@ -10,8 +10,8 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch
 from m2v_jax.kernels import chunk_scan as pk
-from tests.helpers import (dev, assert_bitwise, assert_close, copy_state, matrix, np_rows,
-                           random_state, small_cfg)
+from tests.helpers import (dev, assert_bitwise, assert_close, copy_state, inputs, matrix,
+                           np_rows, random_state, small_cfg)
 
 TILES = m.ChunkTiles(chunk=16)
 # 1, capacity - 1, capacity, capacity + 1, a body of chunk - 1 / chunk / chunk + 1 rows,
@@ -152,34 +152,41 @@ class PackedChecks:
       assert_close(got.ssm[e], want.ssm[e], 1e-5, f"ssm of entry {e}")
 
 
-  @pytest.mark.parametrize("mode,fused,q", matrix([
-      ("snapshot", 1, 1), ("compact", 0, 2), ("compact", 1, 3), ("snapshot", 0, 1)],
-      keep={0, 1}))
-  def test_segments_equal_one_scan(self, mode, fused, q):
-    """Body slots scanned in segments of q slots (`ChunkTiles.scratch_mb` just above q slots'
-    scratch and the carried states) against one scan, bitwise: y and every entry of a
-    bfloat16 pool (the states carried between segments stay float32), bodies crossing
-    segments, a gate, a padding entry and a rejected prompt, with either pass kernel."""
+  @staticmethod
+  def segmented(cfg, backend, state, T, S, act, tiles, q):
+    """`tiles` with `scratch_mb` just above q body slots' scratch beside what segments share,
+    for S sequences in T rows of `act`; asserts that it cuts the call into more than two
+    segments."""
+    plan = dispatch.chunk_plan(cfg, backend, state, T, S, act, True, T - cfg.capacity, tiles)
+    assert len(plan.segments) == 1
+    shared = plan.carry_bytes + plan.dt_bytes
+    cut = dataclasses.replace(plan, tiles=dataclasses.replace(
+        tiles, scratch_mb=(shared + q * plan.slot_bytes + S) / (S * 1e6)))   # MB a sequence
+    assert cut.segment_slots <= q and len(cut.segments) > 2
+    assert pk.scratch_bytes(cut) <= cut.scratch_budget < pk.scratch_bytes(plan)
+    return cut.tiles
+
+  @pytest.mark.parametrize("mode,fused,q,act", matrix([
+      ("snapshot", 1, 1, jnp.float32), ("compact", 0, 2, jnp.bfloat16),
+      ("compact", 1, 3, jnp.float32), ("snapshot", 0, 1, jnp.bfloat16)], keep={0, 1}))
+  def test_segments_equal_one_scan(self, mode, fused, q, act):
+    """Body slots scanned in segments of q slots against one scan, bitwise: y and every
+    entry of a bfloat16 pool (the states carried between segments stay float32), bodies
+    crossing segments, a gate, a padding entry and a rejected prompt, with either pass
+    kernel, float32 or bfloat16 activations."""
     cfg = small_cfg(mode=mode, headdim=16)
     p = m.random_params(cfg, 8)
     rng = np.random.default_rng(8)
     lengths = [45, 5, 12, 61, 20]
     S, E = len(lengths), 6
-    cu, xbc, dt = packed_inputs(cfg, lengths, 2, rng)
-    z = dev(rng.normal(size=(xbc.shape[0], cfg.d_inner)), jnp.float32)
+    cu, xbc, dt = packed_inputs(cfg, lengths, 2, rng, act)
+    z = dev(rng.normal(size=(xbc.shape[0], cfg.d_inner)), act)
     idx = np.array([0, -1, 2, 3, 4], np.int32)
     rows = np.array([1, 0, 9, 0, 0], np.int32)   # 9: prompt 2 rejected on the device
-    state = random_state(cfg, E, rng=rng)
+    state = random_state(cfg, E, act, rng=rng)
     state = state._replace(ssm=state.ssm.astype(jnp.bfloat16))
     one_scan = m.ChunkTiles(chunk=16, fused_pass=fused, scratch_mb=0)
-    plan = dispatch.chunk_plan(cfg, self.backend, state, xbc.shape[0], S, xbc.dtype, True,
-                               xbc.shape[0] - cfg.capacity, one_scan)
-    assert len(plan.segments) == 1
-    per_prompt = (plan.carry_bytes + q * plan.slot_bytes + S) / (S * 1e6)   # MB a prompt
-    tiles = dataclasses.replace(one_scan, scratch_mb=per_prompt)
-    cut = dataclasses.replace(plan, tiles=tiles)
-    assert cut.segment_slots <= q and len(cut.segments) > 2
-    assert pk.scratch_bytes(cut) <= cut.scratch_budget < pk.scratch_bytes(plan)
+    tiles = self.segmented(cfg, self.backend, state, xbc.shape[0], S, act, one_scan, q)
     before = copy_state(state)
     run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu), z=z,
                                          state_row=jnp.asarray(rows),
@@ -193,6 +200,27 @@ class PackedChecks:
     for e in (2, 5):                                 # rejected, unused
       for name, a, b in zip(type(got)._fields, got, before):
         assert_bitwise(a[e], b[e], f"entry {e}: {name}")
+
+  @pytest.mark.parametrize("mode", matrix(["compact", "snapshot"], keep={0}))
+  def test_segments_of_a_ragged_prefill_equal_one_scan(self, mode):
+    """The padded `prefill` with `num_rows` (ragged) in segments of two body slots against
+    one scan, bitwise: y and the pool."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    p = m.random_params(cfg, 10)
+    rng = np.random.default_rng(10)
+    B, R = 3, 57
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    n = jnp.asarray([54, 19, 40], jnp.int32)
+    state = random_state(cfg, B, rng=rng)
+    one_scan = m.ChunkTiles(chunk=16, scratch_mb=0)
+    tiles = self.segmented(cfg, self.backend, state, B * R, B, jnp.float32, one_scan, 2)
+    run = lambda st, t: m.prefill(cfg, p, st, xbc, dt, [0] * B, z=z, num_rows=n,
+                                  backend=self.backend, chunked=True, chunk_tiles=t)
+    y1, one = run(clone(state), one_scan)
+    y, got = run(state, tiles)
+    assert_bitwise(y, y1, "y")
+    for name, a, b in zip(type(got)._fields, got, one):
+      assert_bitwise(a, b, name)
 
 
 class TestPackedInterpret(PackedChecks):

@@ -10,6 +10,7 @@ import pytest
 import m2v_jax as m
 from m2v_jax import dispatch
 from m2v_jax.kernels import backend
+from m2v_jax.kernels import chunk_conv
 from m2v_jax.kernels import chunk_scan as pk
 from tests.helpers import (FULL_MATRIX, matrix, assert_bitwise, assert_close,
                            assert_states_close, check_chunked_pool, copy_state, dev, every_case,
@@ -98,8 +99,9 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
                         i32([Rb, Rb, 0]))
   seg, = plan.segments
   flat_x = xbc.reshape(B * R, -1)
-  post, dtp = dispatch.body_inputs(plan, seg, slots, i32([1, 1, 0]), p, conv0, flat_x,
-                                   dt.reshape(B * R, -1), base, rb)
+  post = chunk_conv.body_conv(plan, seg, slots, i32([1, 1, 0]), flat_x, base, rb, conv0,
+                              p.conv_weight, p.conv_bias)
+  dtp = dispatch.slot_dt(plan, slots, p, dt.reshape(B * R, -1))
   conv_end = dispatch.conv_after_bodies(cfg, conv0, flat_x, base, rb)
   want, want_end = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
@@ -117,7 +119,8 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
   """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=4096, 175 MB in one scan, runs in
   two segments within the limit (the carried states counted), R=512 in one; B=2 has twice
   the limit; scratch_mb=0 keeps one scan. The segments tile the slot table once, in order,
-  and hold scratch for every body slot (the first `body_slots`)."""
+  and hold scratch for every body slot (the first `body_slots`). A limit below one chunk's
+  scratch and what segments share is an error that names the least it takes."""
   tiles = m.chunk_tile_config(m.BOLT, "bf16")
   assert tiles.scratch_mb == 100
   plan = lambda R, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, T=B * R, S=B, E=B, has_z=False,
@@ -134,6 +137,9 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
     assert segs[-1].stop == p.n_slots and sum(s.body for s in segs) == p.body_slots
     assert all(s.body == s.stop - s.start for s in segs[:-1])
     assert max(s.body for s in segs) - min(s.body for s in segs) <= 1, "evened out"
+  small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=10))
+  with pytest.raises(ValueError, match=r"scratch_mb=10: one chunk's scratch .* 15\.79 MB"):
+    small.segments
 
 
 def test_chunk_heads_keep_the_grid_full():
@@ -163,7 +169,9 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(state_heads=3), "state_heads: expected a power of two"),
     (dict(out_warps=6), "out_warps: expected a power of two"),
     (dict(conv_cols=96), "conv_cols: expected a power of two"),
-    (dict(local_block_p=24), "local_block_p: expected a power of two")])
+    (dict(local_block_p=24), "local_block_p: expected a power of two"),
+    (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
+    (dict(scratch_mb=float("inf")), "scratch_mb: expected a finite value >= 0")])
 def test_chunk_tiles_are_checked(fields, match):
   with pytest.raises(ValueError, match=match):
     m.ChunkTiles(**fields)
@@ -181,6 +189,22 @@ def test_chunk_shorter_than_conv_state_is_rejected():
   with pytest.raises(ValueError, match="below the conv state"):
     pk.ChunkPlan(cfg=small_cfg(), T=48, S=1, E=1, has_z=False, y_dtype=jnp.float32,
                  tiles=m.ChunkTiles(chunk=2), interpret=True)
+
+
+def test_a_scratch_limit_too_small_is_rejected_and_leaves_the_state():
+  """`prefill` with a `scratch_mb` below one chunk's scratch: ValueError naming the least
+  it takes, raised while tracing, so the donated pool is neither consumed nor changed."""
+  cfg = small_cfg(headdim=16)
+  p = m.random_params(cfg, 2)
+  rng = np.random.default_rng(2)
+  state = random_state(cfg, 1, rng=rng)
+  before = copy_state(state)
+  xbc, dt = inputs(cfg, 1, 100, rng=rng)
+  with pytest.raises(ValueError, match=r"scratch_mb=1e-05: one chunk's scratch"):
+    m.prefill(cfg, p, state, xbc, dt, [0], backend="interpret", chunked=True,
+              chunk_tiles=m.ChunkTiles(chunk=16, scratch_mb=1e-5))
+  for name, a, b in zip(type(state)._fields, state, before):
+    assert_bitwise(a, b, name)
 
 
 class PrefillChecks:
@@ -214,12 +238,14 @@ class PrefillChecks:
     assert_close(y, y_ref, 1e-5, "y")
     assert_states_close(got, want, 1e-5)
 
-  def test_highest_bf16_passes_keep_float32_accuracy(self, monkeypatch):
-    """"highest" products with bfloat16 activations (`ChunkPlan.products`: bf16 passes on
-    the float32 operands' three parts, post-conv rows whole; interpreted, the passes the
-    tensor cores would run): the final state and y within the "highest" bounds of the
-    reference (y's bf16 roundings mostly agree; one part alone errs by ~1e-3)."""
-    if self.backend == "interpret":
+  @pytest.mark.parametrize("act", matrix([jnp.bfloat16, jnp.float16], keep={0}))
+  def test_highest_products_keep_float32_accuracy(self, monkeypatch, act):
+    """"highest" products with 16-bit activations (`ChunkPlan.products`, post-conv rows
+    whole: bf16 passes on the float32 operands' three parts with bfloat16, a TF32 head and
+    middle with float16; interpreted with bfloat16, the passes the tensor cores would run,
+    as XLA:CPU has no TF32 dot): the final state and y within the "highest" bounds of the
+    reference (y's 16-bit roundings mostly agree; one bf16 part alone errs by ~1e-3)."""
+    if self.backend == "interpret" and act == jnp.bfloat16:
       real = pk.ChunkPlan.products
       monkeypatch.setattr(pk.ChunkPlan, "products", property(
           lambda plan: real.fget(plan) and backend.Products(True, tensor_cores=True,
@@ -228,8 +254,8 @@ class PrefillChecks:
     p = m.random_params(cfg, 9)
     rng = np.random.default_rng(9)
     B, R = 2, 200
-    state = random_state(cfg, B, jnp.bfloat16, rng=rng)
-    xbc, dt = inputs(cfg, B, R, jnp.bfloat16, rng=rng)
+    state = random_state(cfg, B, act, rng=rng)
+    xbc, dt = inputs(cfg, B, R, act, rng=rng)
     (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, [0, 0])
     st_bound, y_bound = PRECISION_BOUND["highest"]
     assert_close(got.ssm, want.ssm, st_bound, "ssm")

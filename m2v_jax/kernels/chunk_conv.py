@@ -80,8 +80,8 @@ def _head_kernel(*, xbc_ref, base_ref, rb_ref, first_ref, head_ref, w_ref, bias_
   grid (S, C / conv_cols).
 
     base_ref, rb_ref, first_ref [S] int32: first flat row, body rows (0: nothing to do, or a
-      body opening in another segment), first slot; head_ref [S, K-1, C]: conv state before each sequence, oldest first; post_ref:
-      `_conv_kernel`'s rows, aliased to post_out_ref.
+      body opening in another segment), first slot; head_ref [S, K-1, C]: conv state before
+      each sequence, oldest first; post_ref: `_conv_kernel`'s rows, aliased to post_out_ref.
   """
   K, BC, T, L = plan.cfg.d_conv, plan.conv_cols, plan.T, plan.chunk
   HR = tiles_lib.next_pow2(K - 1)

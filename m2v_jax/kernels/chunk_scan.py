@@ -140,19 +140,25 @@ class ChunkPlan:
 
   @property
   def slot_bytes(self) -> int:
-    """Scratch bytes of one body slot: post-conv rows, processed dt, C·Bᵀ, starting states
+    """Scratch bytes of one body slot in a segment: post-conv rows, C·Bᵀ, starting states
     and, unfused, the chunk states and decays."""
     cfg, L = self.cfg, self.chunk
     H = cfg.nheads
     state = H * cfg.headdim * cfg.dstate
     own = 0 if self.tiles.fused_pass else 4 * (state + H)
-    return (L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize
-            + 4 * (L * H + cfg.ngroups * L * L) + own + self.st_dtype.itemsize * state)
+    return (L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize + 4 * cfg.ngroups * L * L
+            + own + self.st_dtype.itemsize * state)
+
+  @property
+  def dt_bytes(self) -> int:
+    """Every body slot's processed dt, float32 (all segments read theirs from it)."""
+    return 4 * self.body_slots * self.chunk * self.cfg.nheads
 
   @property
   def carry_bytes(self) -> int:
-    """The float32 states of every sequence carried from one segment into the next."""
-    return 4 * (self.S + 1) * self.cfg.nheads * self.cfg.headdim * self.cfg.dstate
+    """The float32 states carried between segments: two (the one carried in and the one
+    carried out, as a segment boundary falls inside one body at most)."""
+    return 4 * 2 * self.cfg.nheads * self.cfg.headdim * self.cfg.dstate
 
   @property
   def scratch_budget(self) -> int:
@@ -163,11 +169,21 @@ class ChunkPlan:
   @property
   def segment_count(self) -> int:
     """Segments of the call: one where all body slots' scratch fits `scratch_budget`, else as
-    few as fit it beside the carried states (at least one slot each)."""
+    few as fit it beside what they share (`dt_bytes`, `carry_bytes`).
+
+    Raises ValueError where the budget does not hold one slot beside the carried states.
+    """
     nb, budget = self.body_slots, self.scratch_budget
-    if not budget or nb * self.slot_bytes <= budget:
+    if not budget or nb * self.slot_bytes + self.dt_bytes <= budget:
       return 1
-    return -(-nb // max(1, (budget - self.carry_bytes) // self.slot_bytes))
+    shared = self.dt_bytes + self.carry_bytes
+    most = (budget - shared) // self.slot_bytes
+    if most < 1:
+      least = (shared + self.slot_bytes) / self.S / 1e6
+      raise ValueError(f"ChunkTiles.scratch_mb={self.tiles.scratch_mb}: one chunk's scratch "
+                       f"and what segments share (dt, carried states) need {least:.2f} MB a "
+                       f"sequence here; ask for at least that, or 0 for no limit")
+    return -(-nb // most)
 
   @property
   def segment_slots(self) -> int:
@@ -188,7 +204,8 @@ class ChunkPlan:
   def products(self) -> backend.Products | None:
     """The products at "highest" with 16-bit activations: `backend.Products` passes, which
     keep the activation-dtype operands (post-conv x, B, C) whole and split only the float32
-    ones (as accurate as three TF32 passes of every product, in fewer passes); else None
+    ones (as accurate as three TF32 passes of every product: C·Bᵀ in one pass, the others in
+    three bf16 passes, of twice TF32's rate, or two TF32 passes with float16); else None
     (`backend.dot` at `precision`)."""
     if self.precision != config_lib.HIGHEST or jnp.dtype(self.y_dtype).itemsize != 2:
       return None
@@ -211,10 +228,10 @@ class ChunkPlan:
 
 
 def scratch_bytes(plan: ChunkPlan) -> int:
-  """Bytes of the chunked body's intermediate buffers at once: its largest segment's, and the
-  states carried between segments where there are several."""
+  """Bytes of the chunked body's intermediate buffers at once: its largest segment's, every
+  slot's processed dt and, where there are several segments, the carried states."""
   carry = plan.carry_bytes if len(plan.segments) > 1 else 0
-  return max(seg.body for seg in plan.segments) * plan.slot_bytes + carry
+  return max(seg.body for seg in plan.segments) * plan.slot_bytes + plan.dt_bytes + carry
 
 
 class Segment(NamedTuple):
@@ -342,11 +359,11 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
     cb_ref[i, g, pl.ds(r0, BM), :] = plan.dot(cm, bm, "", trans_b=True)
 
 
-def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP):
-  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and exp(acum_L)."""
+def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, i, bm, h, pid_p, BP, dt0):
+  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of slot i's rows from a zero start, and exp(acum_L)."""
   P, L = plan.cfg.headdim, plan.chunk
-  x = xr_ref[rows, pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
-  dtv = dtr_ref[rows, h]                                         # [L]
+  x = xr_ref[pl.ds(i * L, L), pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
+  dtv = dtr_ref[pl.ds(dt0 + i * L, L), h]                                  # [L]
   acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
   w_s = jnp.exp(acum_l - acum) * dtv
   if plan.products is None:
@@ -357,12 +374,13 @@ def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, B
 
 
 def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
-                         alog_ref, s_ref, dec_ref, plan: ChunkPlan):
+                         alog_ref, s_ref, dec_ref, dt0=0, plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
 
     seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
-    xr_ref [rows, C] post-conv rows, dtr_ref [rows, H] f32 processed dt: L rows per body slot,
-      zero past its rows
+    xr_ref [rows, C] post-conv rows: L rows per body slot of the segment, zero past its rows
+    dtr_ref [body slots * L, H] f32 processed dt of every body slot, the segment's from row
+      dt0 (a static offset), zero past each slot's rows
     s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
     dec_ref [body slots, H] f32         exp(acum_L)
   """
@@ -378,7 +396,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
 
     def head(j, carry):
       h = h0 + j
-      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, bm, h, pid_p, BP)
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, i, bm, h, pid_p, BP, dt0)
       s_ref[i, h, pl.ds(pid_p * BP, BP), :] = own
       dec_ref[i, h] = dec
       return carry
@@ -386,31 +404,32 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     _for_heads(NH, head)
 
 
-def _start_state(ssm_ref, at, cin_ref, carry_ref, b, h, ps):
+def _start_state(ssm_ref, at, cin_ref, carry_ref, row, b, h, ps):
   """A sequence's float32 state before its first body slot of the segment: the pool's at
-  `at`, or the carried one where its body began in an earlier segment."""
+  `at`, or the carried one (carry row `row`) where its body began in an earlier segment."""
   st = ssm_ref[at].astype(f32)
   if carry_ref is None:
     return st
   cin = cin_ref[b] > 0
-  return jnp.where(cin, backend.load(carry_ref.at[b, h, ps, :], cin), st)
+  row = jnp.int32(row)                     # a masked load's index: traced, not a Python int
+  return jnp.where(cin, backend.load(carry_ref.at[row, h, ps, :], cin), st)
 
 
-def _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps) -> None:
+def _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, row, b, h, ps) -> None:
   """Stores a sequence's state after its last body slot of the segment: into the pool at
-  `at`, or into the carry where its body goes on in a later segment."""
+  `at`, or into carry row `row` where its body goes on in a later segment."""
   if carry_out_ref is None:
     ssm_out_ref[at] = st.astype(ssm_out_ref.dtype)
     return
   cout = cout_ref[b] > 0
-  backend.store(carry_out_ref.at[b, h, ps, :], st, cout)
+  backend.store(carry_out_ref.at[jnp.int32(row), h, ps, :], st, cout)
   backend.store(ssm_out_ref.at[at], st.astype(ssm_out_ref.dtype), jnp.logical_not(cout))
 
 
 def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
                               dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
                               carry_ref=None, cout_ref=None, carry_out_ref=None,
-                              plan: ChunkPlan):
+                              carry_rows=(0, 0), dt0=0, plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_state` and st = dec * st + own.
 
@@ -427,23 +446,24 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    st = _start_state(ssm_ref, at, cin_ref, carry_ref, b, h, ps)
+    st = _start_state(ssm_ref, at, cin_ref, carry_ref, carry_rows[0], b, h, ps)
 
     def chunk(c, st):
       i = first + c
       rows = pl.ds(i * L, L)
-      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, rows, xr_ref[rows, bcols], h,
-                            pid_p, BP)
+      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, i, xr_ref[rows, bcols], h,
+                            pid_p, BP, dt0)
       st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
       return dec * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
-    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
+    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, carry_rows[1], b, h, ps)
 
 
 def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
                        ssm_ref, ssm_out_ref, st_ref, cin_ref=None, carry_ref=None,
-                       cout_ref=None, carry_out_ref=None, plan: ChunkPlan):
+                       cout_ref=None, carry_out_ref=None, carry_rows=(0, 0),
+                       plan: ChunkPlan):
   """State passing, grid (P / block_p, H, S+1): st = dec * st + s over a sequence's slots.
 
     idx_ref, slot_ref, valid_ref [S+1] int32: entry, starting slot (snapshot), 1 if it runs
@@ -453,8 +473,9 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
       kernel's products round it to bf16 anyway); not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
     cin_ref, cout_ref [S+1] int32: 1 where a body began in an earlier segment, goes on in a
-      later one (`Slots`); carry_ref [S+1, H, P, N] f32: the states carried in, aliased to
-      carry_out_ref, those carried out (absent where no segment comes before or after).
+      later one (`Slots`); carry_ref [2, H, P, N] f32: the state carried in at row
+      carry_rows[0], aliased to carry_out_ref, the one carried out at row carry_rows[1]
+      (absent where no segment comes before or after; one body at most each).
   """
   BP = plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -465,7 +486,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    st = _start_state(ssm_ref, at, cin_ref, carry_ref, b, h, ps)
+    st = _start_state(ssm_ref, at, cin_ref, carry_ref, carry_rows[0], b, h, ps)
 
     def chunk(c, st):
       own = s_ref[first + c, h, ps, :]
@@ -473,12 +494,12 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
       return dec_ref[first + c, h] * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
-    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
+    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, carry_rows[1], b, h, ps)
 
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
-                      y_ref, plan: ChunkPlan):
+                      y_ref, dt0=0, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
@@ -513,11 +534,11 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
       h = h0 + j
       a_h = -jnp.exp(alog_ref[h])
       xcols = pl.ds(h * P + pid_p * BP, BP)
-      a_all = dtr_ref[pl.ds(i * L, L), h] * a_h                  # [L]
+      a_all = dtr_ref[pl.ds(dt0 + i * L, L), h] * a_h            # [L]
 
       def rows_from(k0):
         """dt and acum (from the slot's first row) [BM] of the block at row k0."""
-        dtv = dtr_ref[pl.ds(i * L + k0, BM), h]
+        dtv = dtr_ref[pl.ds(dt0 + i * L + k0, BM), h]
         return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
 
       _, acum = rows_from(r0)
@@ -588,12 +609,14 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     seg: the segment (`plan.segments`); slots: its view (`segment_view`).
     cache_indices, slot, valid: [S+1] int32 entry, starting slot (snapshot), 1 if it runs.
     fill: [S+1] float32 y of the rows of a sequence not run and past its n (NaN, 0).
-    xr, dtr: [seg.body * L, C] post-conv rows and [seg.body * L, H] float32 processed dt, L
-      rows per body slot (zero past its rows).
+    xr: [seg.body * L, C] post-conv rows of the segment's body slots, L rows per slot (zero
+      past its rows).
+    dtr: [body_slots * L, H] float32 processed dt of every body slot (`dispatch.slot_dt`).
     z: optional [T, H*P] gate; A_log, D: [H] float32.
     ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
     y: the previous segment's y (None for the first), written in place.
-    carry: the previous segment's carried states [S+1, H, P, N] float32 (None for the first).
+    carry: the previous segment's carried states [2, H, P, N] float32 (None for the first):
+      segment j reads row (j - 1) % 2 and writes row j % 2.
 
   Returns:
     (ssm, y [T, H*P] in the activation dtype with the segment's slots' rows written, the
@@ -607,13 +630,15 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   tiles_p = P // plan.local_block_p
   table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
                valid_ref=valid)
-  launch = lambda kernel, **kw: backend.pallas_call(
-      lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
+  dt0 = dict(dt0=seg.start * L)                                 # the segment's dt rows
+  launch = lambda kernel, static={}, **kw: backend.pallas_call(
+      lambda **refs: kernel(**refs, **static, plan=plan), interpret=plan.interpret, **kw)
   more = seg.index < seg.count - 1
+  carry_rows = dict(carry_rows=((seg.index - 1) % 2, seg.index % 2))     # rows in, out
   tag = kernel_tag(plan, seg)
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                     st_ref=sds((nb, H, P, N), plan.st_dtype),
-                    carry_out_ref=sds((S1, H, P, N), f32) if more else None)
+                    carry_out_ref=sds((2, H, P, N), f32) if more else None)
   passing = dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
                  count_ref=slots.count, cin_ref=slots.carry_in if seg.index else None,
                  carry_ref=carry if seg.index else None,
@@ -623,21 +648,21 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_pass:
     passed = launch(
-        _chunk_states_pass_kernel,
+        _chunk_states_pass_kernel, dict(dt0, **carry_rows),
         inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
         name=f"m2v_chunk_states_pass_{tag}")
   else:
     own = launch(
-        _chunk_states_kernel,
+        _chunk_states_kernel, dt0,
         inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
         outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
         grid=(H // plan.state_heads * tiles_p, nb),
         num_warps=t.state_warps, num_stages=t.state_stages,
         name=f"m2v_chunk_states_{tag}")
     passed = launch(
-        _chunk_pass_kernel,
+        _chunk_pass_kernel, carry_rows,
         inputs=dict(passing, dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.num_warps,
@@ -647,7 +672,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
       num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{tag}")
   out = launch(
-      _chunk_out_kernel,
+      _chunk_out_kernel, dt0,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D, y_in_ref=y),

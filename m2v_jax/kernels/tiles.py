@@ -128,13 +128,13 @@ class ChunkTiles:
       `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
       conv_rows + K-1 input rows are loaded at once, so large conv_rows spill registers).
-    scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once: longer bodies
-      run in segments of body slots, one after the other (`chunk_scan.ChunkPlan.segments`);
-      0 for no limit.
+    scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once, per sequence
+      of the call: more body slots run in segments, one after the other
+      (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
-      negative scratch_mb.
+      scratch_mb that is negative or not finite.
   """
 
   chunk: int = 64
@@ -156,9 +156,9 @@ class ChunkTiles:
   scratch_mb: float = 100.0
 
   def __post_init__(self):
-    if not self.scratch_mb >= 0:
-      raise ValueError(f"ChunkTiles.scratch_mb: expected >= 0 (0: no limit), got "
-                       f"{self.scratch_mb}")
+    if not 0 <= self.scratch_mb < float("inf"):
+      raise ValueError(f"ChunkTiles.scratch_mb: expected a finite value >= 0 (0: no limit), "
+                       f"got {self.scratch_mb}")
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
