@@ -12,8 +12,8 @@
 #   4000- and 3100-row prompts one by one: two each); 5. "highest" with bfloat16 activations:
 #   chunk_sweep at R=4096, the table (64-row chunks, two kernels, eight segments) against one
 #   scan, 128-row chunks and the fused pass at 64 and 128 rows; 6. "highest" before and after
-#   its products change, in turn twice (a copy of the package with highest_products.patch
-#   reversed: three TF32 passes of every product).
+#   its products change, in turn twice (a copy of the package with highest_three_passes.patch:
+#   three TF32 passes of every product, as before).
 # A third call runs the compiled tests of the changed code and the precision table:
 #   M2V_STAGES="gpu_tests precision" M2V_GPU_TESTS_K="prefill or packed or chunk or highest" \
 #     M2V_LIMIT_GPU_TESTS=400 OUT=/tmp/out bash tools/run_gpu.sh
@@ -45,7 +45,7 @@ case ${1:-} in
     bench 200 highest_sweep --suites=chunk_sweep --prefill_precision=highest \
       --chunk_variants=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0,128:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0,64:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1
     B0=/tmp/m2v_before_products; rm -rf $B0; mkdir -p $B0 && cp -r m2v_jax $B0/ \
-      && (cd $B0 && patch -s -R -p1 < $OLDPWD/$D/highest_products.patch)
+      && (cd $B0 && patch -s -p1 < $OLDPWD/$D/highest_three_passes.patch)
     for i in 1 2; do
       for v in after before; do
         P=$PWD; [ $v = before ] && P=$B0:$PWD
