@@ -4,7 +4,8 @@ For each case (B=1 prefills of R rows at Bolt geometry, snapshot mode, and the p
 of the `ragged` benchmark suite), compiles the call at the table's `ChunkTiles` and with
 `scratch_mb=0` (one segment), and reports XLA's temporary bytes
 (`memory_analysis().temp_size_in_bytes`: the kernels' scratch and every other intermediate),
-`chunk_scan.scratch_bytes` and the segments, as JSON. Compiles only: nothing runs.
+`chunk_scan.scratch_bytes`, the segments and the seconds the compile took, as JSON. Compiles
+only: nothing runs.
 
     python tools/prefill_memory.py --out=$OUT/prefill_memory.json   # on a GPU
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +34,8 @@ FLAGS = flags.FLAGS
 
 
 def _case(cfg, dtype, S, T, R, tiles, packed):
-  """(temp bytes, plan) of one compiled prefill of S sequences in T flat rows."""
+  """(temp bytes, compile seconds, plan) of one compiled prefill of S sequences in T flat
+  rows."""
   sds = jax.ShapeDtypeStruct
   i32 = sds((S,), jnp.int32)
   params = m.random_params(cfg)
@@ -50,10 +53,12 @@ def _case(cfg, dtype, S, T, R, tiles, packed):
     fn = lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend=FLAGS.backend, chunked=True,
                                        ragged=False, chunk_tiles=tiles)
     lowered = jax.jit(fn, donate_argnums=(1,)).lower(params, state, args)
-  temp = lowered.compile().memory_analysis().temp_size_in_bytes
+  t0 = time.perf_counter()
+  compiled = lowered.compile()
+  seconds = time.perf_counter() - t0
   plan = dispatch.chunk_plan(cfg, FLAGS.backend, state, T, S, dtype, False, R - cfg.capacity,
                              tiles)
-  return temp, plan
+  return compiled.memory_analysis().temp_size_in_bytes, seconds, plan
 
 
 def main(argv):
@@ -69,10 +74,11 @@ def main(argv):
     table = m.chunk_tile_config(cfg, cfg.prefill_precision_for(dtype))
     for S, T, R, packed in cases:
       for tiles in (table, dataclasses.replace(table, scratch_mb=0)):
-        temp, plan = _case(cfg, dtype, S, T, R, tiles, packed)
+        temp, seconds, plan = _case(cfg, dtype, S, T, R, tiles, packed)
         rows.append(dict(dtype=name, S=S, T=T, packed=packed, scratch_mb=tiles.scratch_mb,
                          segments=len(plan.segments), segment_slots=plan.segment_slots,
-                         scratch_bytes=chunk_scan.scratch_bytes(plan), xla_temp_bytes=temp))
+                         scratch_bytes=chunk_scan.scratch_bytes(plan), xla_temp_bytes=temp,
+                         compile_s=round(seconds, 2)))
         print(json.dumps(rows[-1]), flush=True)
   if FLAGS.out:
     with open(FLAGS.out, "w") as f:

@@ -4,7 +4,8 @@
 # post-conv rows whole. Two device calls of ~6 minutes each, from the repository root:
 #   OUT=/tmp/out bash benchmarks/results/commands_next/session28_segments.sh scratch
 #   OUT=/tmp/out bash benchmarks/results/commands_next/session28_segments.sh highest
-# scratch: 1. XLA's temporary bytes of compiled prefills, the limit on and off (compile only);
+# scratch: 1. XLA's temporary bytes and compile seconds of prefills, the limit on and off
+#   (compile only; R=32768 too, 16 segments);
 #   2. chunk_sweep at R=4096, the table (bf16: two segments; float32: nine) against the same
 #   tiles with scratch_mb=0 (one scan), interleaved, both checked against the serial kernel;
 #   3. prefill (chunked, R=37/512/4096).
@@ -34,6 +35,9 @@ case ${1:-} in
       --out=$O/memory_bf16.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
     timeout -k 5 90 python3 tools/prefill_memory.py --dtypes=float32 --lengths=4096 --packed= \
       --out=$O/memory_f32.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_f32.txt
+    # 16 segments: the compile time as launches grow with the rows.
+    timeout -k 5 120 python3 tools/prefill_memory.py --dtypes=bfloat16 --lengths=32768 \
+      --packed= --out=$O/memory_32k.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_32k.txt
     # The tables' entries with scratch_mb=0 (one scan).
     bench 150 segments_sweep_bf16 --suites=chunk_sweep \
       --chunk_variants=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0
