@@ -167,8 +167,8 @@ class PackedChecks:
     return cut.tiles
 
   @pytest.mark.parametrize("mode,fused,q,act", matrix([
-      ("snapshot", 1, 1, jnp.float32), ("compact", 0, 2, jnp.bfloat16),
-      ("compact", 1, 3, jnp.float32), ("snapshot", 0, 1, jnp.bfloat16)], keep={0, 1}))
+      ("snapshot", 1, 3, jnp.float32), ("compact", 0, 4, jnp.bfloat16),
+      ("compact", 1, 1, jnp.float32), ("snapshot", 0, 2, jnp.bfloat16)], keep={0, 1}))
   def test_segments_equal_one_scan(self, mode, fused, q, act):
     """Body slots scanned in segments of q slots against one scan, bitwise: y and every
     entry of a bfloat16 pool (the states carried between segments stay float32), bodies
@@ -203,8 +203,8 @@ class PackedChecks:
 
   @pytest.mark.parametrize("mode", matrix(["compact", "snapshot"], keep={0}))
   def test_segments_of_a_ragged_prefill_equal_one_scan(self, mode):
-    """The padded `prefill` with `num_rows` (ragged) in segments of two body slots against
-    one scan, bitwise: y and the pool."""
+    """The padded `prefill` with `num_rows` (ragged) in segments of three body slots
+    against one scan, bitwise: y and the pool."""
     cfg = small_cfg(mode=mode, headdim=16)
     p = m.random_params(cfg, 10)
     rng = np.random.default_rng(10)
@@ -213,7 +213,7 @@ class PackedChecks:
     n = jnp.asarray([54, 19, 40], jnp.int32)
     state = random_state(cfg, B, rng=rng)
     one_scan = m.ChunkTiles(chunk=16, scratch_mb=0)
-    tiles = self.segmented(cfg, self.backend, state, B * R, B, jnp.float32, one_scan, 2)
+    tiles = self.segmented(cfg, self.backend, state, B * R, B, jnp.float32, one_scan, 3)
     run = lambda st, t: m.prefill(cfg, p, st, xbc, dt, [0] * B, z=z, num_rows=n,
                                   backend=self.backend, chunked=True, chunk_tiles=t)
     y1, one = run(clone(state), one_scan)
