@@ -79,8 +79,8 @@ class ChunkPlan:
 
   @property
   def conv_T(self) -> int:
-    """Rows of the post-conv and dt scratch of all body slots, L per slot (slot i at rows i*L
-    ..); a segment holds `Segment.body` * L of them."""
+    """Rows of all body slots' processed dt (and, in one segment, post-conv rows), L per slot
+    (slot i at rows i*L ..); a segment's post-conv scratch holds `Segment.body` * L."""
     return self.body_slots * self.chunk
 
   @property
@@ -171,7 +171,7 @@ class ChunkPlan:
     """Segments of the call: one where all body slots' scratch fits `scratch_budget`, else as
     few as fit it beside what they share (`dt_bytes`, `carry_bytes`).
 
-    Raises ValueError where the budget does not hold one slot beside the carried states.
+    Raises ValueError where the budget does not hold one slot beside what they share.
     """
     nb, budget = self.body_slots, self.scratch_budget
     if not budget or nb * self.slot_bytes + self.dt_bytes <= budget:
