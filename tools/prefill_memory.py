@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 import m2v_jax as m
-from m2v_jax import dispatch, status
+from m2v_jax import dispatch
 from m2v_jax.kernels import chunk_scan
 
 flags.DEFINE_list("lengths", ["512", "4096", "13700"], "prefill rows R of the B=1 cases")
@@ -37,19 +37,16 @@ def _case(cfg, dtype, S, T, R, tiles, packed):
   """(temp bytes, compile seconds, plan) of one compiled prefill of S sequences in T flat
   rows."""
   sds = jax.ShapeDtypeStruct
-  i32 = sds((S,), jnp.int32)
-  params = m.random_params(cfg)
-  state = m.state_shapes(cfg, S, dtype)
-  if packed:
-    args = status.CallArgs(sds((T, cfg.conv_dim), dtype), sds((T, cfg.nheads), dtype), i32,
-                           None, i32, None)
+  if packed:                     # the padded shapes, xbc and dt as T flat rows
+    params, state, args = dispatch.abstract_call_args(cfg, S, 1, dtype=dtype)
+    args = args._replace(xbc=sds((T, cfg.conv_dim), dtype), dt=sds((T, cfg.nheads), dtype),
+                         num_rows=None)
     fn = lambda p, s, a, cu: dispatch.packed(p, s, a, cu, cfg=cfg, backend=FLAGS.backend,
                                              chunk_tiles=tiles)
     lowered = jax.jit(fn, donate_argnums=(1,)).lower(params, state, args, sds((S + 1,),
                                                                                jnp.int32))
   else:
-    args = status.CallArgs(sds((S, R, cfg.conv_dim), dtype), sds((S, R, cfg.nheads), dtype),
-                           i32, None, i32, i32)
+    params, state, args = dispatch.abstract_call_args(cfg, S, R, dtype=dtype)
     fn = lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend=FLAGS.backend, chunked=True,
                                        ragged=False, chunk_tiles=tiles)
     lowered = jax.jit(fn, donate_argnums=(1,)).lower(params, state, args)

@@ -152,7 +152,7 @@ class ChunkPlan:
   @property
   def dt_bytes(self) -> int:
     """Every body slot's processed dt, float32 (all segments read theirs from it)."""
-    return 4 * self.body_slots * self.chunk * self.cfg.nheads
+    return 4 * self.conv_T * self.cfg.nheads
 
   @property
   def carry_bytes(self) -> int:
@@ -404,6 +404,13 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     _for_heads(NH, head)
 
 
+def _pool_at(plan: ChunkPlan, idx_ref, slot_ref, b, h, ps):
+  """Index of sequence b's head-h, P-tile `ps` state in the pool's ssm leaf: its entry's base
+  (compact) or starting slot (snapshot)."""
+  e = jnp.maximum(idx_ref[b], 0)
+  return (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
+
+
 def _start_state(ssm_ref, at, cin_ref, carry_ref, row, b, h, ps):
   """A sequence's float32 state before its first body slot of the segment: the pool's at
   `at`, or the carried one (carry row `row`) where its body began in an earlier segment."""
@@ -438,11 +445,10 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   cfg = plan.cfg
   N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
   first = first_ref[b]
   bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
-  at = (e,) + (() if cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
+  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
@@ -479,10 +485,9 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
   """
   BP = plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  e = jnp.maximum(idx_ref[b], 0)
   ps = pl.ds(pid_p * BP, BP)
   first = first_ref[b]
-  at = (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
+  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
