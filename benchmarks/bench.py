@@ -630,11 +630,12 @@ def _chunk_tiles(text: str) -> tiles_lib.ChunkTiles:
   return tiles_lib.ChunkTiles(*map(int, text.split(":")))
 
 
-def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS):
-  """Chunked-prefill tiles at B=1, snapshot mode: `variants` are `tiles.ChunkTiles` fields
-  joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
-  state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps; trailing
-  fields default), after the table's entry. Each variant's final state and y are also
+def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS,
+                      B=1):
+  """Chunked-prefill tiles at B sequences of R rows, snapshot mode: `variants` are
+  `tiles.ChunkTiles` fields joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:
+  state_warps:state_heads:state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:
+  conv_warps; trailing fields default), after the table's entry. Each variant's final state and y are also
   checked against the serial kernel's from the same start (max abs difference over max abs
   value, `rel_err` of each; y is in the activation dtype, so a bfloat16 y differs by its
   rounding, ~1e-4). A variant that fails to compile is reported and skipped. Ratio:
@@ -650,12 +651,12 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
         local_block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.local_block_p))
     if tiles not in variants:
       variants.append(tiles)
-  xbc, dt = _inputs(snap, 1, R, dtype)
+  xbc, dt = _inputs(snap, B, R, dtype)
   rng = np.random.default_rng(5)
-  start = state_lib.init_state(snap, 1, dtype)
+  start = state_lib.init_state(snap, B, dtype)
   start = start._replace(ssm=jnp.asarray(rng.normal(size=start.ssm.shape), jnp.float32))
   copy = lambda s: jax.tree.map(jnp.copy, s)
-  rows = jnp.zeros((1,), jnp.int32)
+  rows = jnp.zeros((B,), jnp.int32)
   rel = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)))
                            / jnp.max(jnp.abs(b.astype(jnp.float32))))
   args = status.call_args(xbc, dt, rows)
@@ -663,12 +664,12 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
                                chunked=False, ragged=False)
   cases, errs = [], {}
   for tiles in variants:
-    name = f"chunked B=1 R={R} {_tiles_text(tiles)}"
+    name = f"chunked B={B} R={R} {_tiles_text(tiles)}"
     try:
       y, got = dispatch.call(params, copy(start), args, cfg=snap, backend=_backend_name,
                              chunked=True, ragged=False, chunk_tiles=tiles)
-      errs[name] = rel(got.ssm[0, -1], want.ssm[0, -1]), rel(y, y_want)
-      c, _ = verify_case(snap, 1, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,
+      errs[name] = rel(got.ssm[:, -1], want.ssm[:, -1]), rel(y, y_want)
+      c, _ = verify_case(snap, B, R, 0, 2, dtype, params=params, min_calls=1, chunked=True,
                          chunk_tiles=tiles, name=name)
       c.states = c.step(c.states, c.args)
       cases.append(c)
@@ -889,6 +890,7 @@ flags.DEFINE_string("breakdown_tiles", "",
                     "joined by ':' as in --chunk_variants (default: the table's)")
 flags.DEFINE_list("chunk_variants", list(DEFAULT_CHUNK_VARIANTS),
                   "ChunkTiles of the chunk_sweep suite, fields joined by ':'")
+flags.DEFINE_integer("chunk_batch", 1, "sequences of R=4096 rows in the chunk_sweep suite")
 flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 
 
@@ -921,7 +923,8 @@ def main(argv):
     else:
       sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],
                                 modes=FLAGS.sweep_modes, variants=FLAGS.sweep_tiles)
-      chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants)
+      chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants,
+                                      B=FLAGS.chunk_batch)
       fn = dict(main=suite_main, sweep=sweep, chunk_sweep=chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
                 flush=functools.partial(suite_flush, batches=[

@@ -153,24 +153,22 @@ class PackedChecks:
 
 
   @staticmethod
-  def segmented(cfg, backend, state, T, S, act, tiles, q):
-    """`tiles` with `scratch_mb` just above q body slots' scratch beside what segments share,
-    for S sequences in T rows of `act`; asserts that it cuts the call into more than two
-    segments."""
+  def segmented(cfg, backend, state, T, S, act, tiles, n):
+    """`tiles` with `scratch_mb` just what n segments take (`ChunkPlan.scratch_at`), for S
+    sequences in T rows of `act`; asserts that the call then runs in n segments."""
     plan = dispatch.chunk_plan(cfg, backend, state, T, S, act, True, T - cfg.capacity, tiles)
     assert len(plan.segments) == 1
-    shared = plan.carry_bytes + plan.dt_bytes
     cut = dataclasses.replace(plan, tiles=dataclasses.replace(
-        tiles, scratch_mb=(shared + q * plan.slot_bytes + S) / (S * 1e6)))   # MB a sequence
-    assert cut.segment_slots <= q and len(cut.segments) > 2
+        tiles, scratch_mb=(plan.scratch_at(n) + S) / (S * 1e6)))          # MB a sequence
+    assert len(cut.segments) == n
     assert pk.scratch_bytes(cut) <= cut.scratch_budget < pk.scratch_bytes(plan)
     return cut.tiles
 
-  @pytest.mark.parametrize("mode,fused,q,act", matrix([
-      ("snapshot", 1, 3, jnp.float32), ("compact", 0, 4, jnp.bfloat16),
-      ("compact", 1, 1, jnp.float32), ("snapshot", 0, 2, jnp.bfloat16)], keep={0, 1}))
-  def test_segments_equal_one_scan(self, mode, fused, q, act):
-    """Body slots scanned in segments of q slots against one scan, bitwise: y and every
+  @pytest.mark.parametrize("mode,fused,n,act", matrix([
+      ("snapshot", 1, 10, jnp.float32), ("compact", 0, 3, jnp.bfloat16),
+      ("compact", 1, 5, jnp.float32), ("snapshot", 0, 2, jnp.bfloat16)], keep={0, 1}))
+  def test_segments_equal_one_scan(self, mode, fused, n, act):
+    """Body slots scanned in n segments against one scan, bitwise: y and every
     entry of a bfloat16 pool (the states carried between segments stay float32), bodies
     crossing segments, a gate, a padding entry and a rejected prompt, with either pass
     kernel, float32 or bfloat16 activations."""
@@ -186,7 +184,7 @@ class PackedChecks:
     state = random_state(cfg, E, act, rng=rng)
     state = state._replace(ssm=state.ssm.astype(jnp.bfloat16))
     one_scan = m.ChunkTiles(chunk=16, fused_pass=fused, scratch_mb=0)
-    tiles = self.segmented(cfg, self.backend, state, xbc.shape[0], S, act, one_scan, q)
+    tiles = self.segmented(cfg, self.backend, state, xbc.shape[0], S, act, one_scan, n)
     before = copy_state(state)
     run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu), z=z,
                                          state_row=jnp.asarray(rows),
@@ -203,8 +201,8 @@ class PackedChecks:
 
   @pytest.mark.parametrize("mode", matrix(["compact", "snapshot"], keep={0}))
   def test_segments_of_a_ragged_prefill_equal_one_scan(self, mode):
-    """The padded `prefill` with `num_rows` (ragged) in segments of three body slots
-    against one scan, bitwise: y and the pool."""
+    """The padded `prefill` with `num_rows` (ragged) in four segments against one scan,
+    bitwise: y and the pool."""
     cfg = small_cfg(mode=mode, headdim=16)
     p = m.random_params(cfg, 10)
     rng = np.random.default_rng(10)
@@ -213,7 +211,7 @@ class PackedChecks:
     n = jnp.asarray([54, 19, 40], jnp.int32)
     state = random_state(cfg, B, rng=rng)
     one_scan = m.ChunkTiles(chunk=16, scratch_mb=0)
-    tiles = self.segmented(cfg, self.backend, state, B * R, B, jnp.float32, one_scan, 3)
+    tiles = self.segmented(cfg, self.backend, state, B * R, B, jnp.float32, one_scan, 4)
     run = lambda st, t: m.prefill(cfg, p, st, xbc, dt, [0] * B, z=z, num_rows=n,
                                   backend=self.backend, chunked=True, chunk_tiles=t)
     y1, one = run(clone(state), one_scan)
@@ -370,21 +368,45 @@ def test_a_nan_in_one_prompt_stays_there(mode):
 
 
 def test_slot_counts_hold_for_random_layouts():
-  """Body slots never exceed `ChunkPlan.body_slots` (the chunk kernels' grid and scratch) and
-  all slots fit `n_slots`, for random prompt lengths, many short ones included."""
-  from m2v_jax import dispatch
-  from m2v_jax.kernels import chunk_scan as pk
+  """For random prompt lengths (many short ones) in 1, 2, 3 or 6 segments: every body chunk
+  has exactly one slot, in the segment its part falls in, among that segment's first
+  `segment_slots` (the chunk kernels' grid and scratch), each sequence's slots of a segment
+  in order from its `first`; the states carried out of a segment are carried into the next;
+  the fill blocks come last and all slots fit `n_slots`."""
   cfg = small_cfg(headdim=16)
   rng = np.random.default_rng(0)
-  S, T = 10, 400                                      # fixed shapes: compiled once
-  for _ in range(30):
+  S, T, L = 10, 400, TILES.chunk                      # fixed shapes: compiled once per count
+  one = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32, tiles=TILES,
+                     interpret=True)
+  for k in range(32):
+    nseg = (1, 2, 3, 6)[k % 4]
+    plan = dataclasses.replace(one, tiles=dataclasses.replace(
+        TILES, scratch_mb=(one.scratch_at(nseg) + S) / (S * 1e6)))
+    assert plan.segment_count == nseg
     lengths = rng.integers(1, 40, S)
-    plan = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32,
-                        tiles=TILES, interpret=True)
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
     base, n, span, trailing = dispatch.packed_layout(cu, T)
-    _, t = dispatch.packed_slots(plan, base, n, span, trailing)
-    body, rows = np.asarray(t.body), np.asarray(t.rows)
-    assert int(np.asarray(t.count).sum()) == int(body.sum()) <= plan.body_slots
-    assert np.all(np.flatnonzero(body) < plan.body_slots)
+    rb, t = dispatch.packed_slots(plan, base, n, span, trailing)
+    seq, row0, rows, body = (np.asarray(a) for a in t[:4])
+    first, count, cin, cout = (np.asarray(a) for a in (t.first, t.count, t.carry_in,
+                                                       t.carry_out))
+    per, base, rb = plan.segment_slots, np.asarray(base), np.asarray(rb)
+    for s in range(S):
+      chunks = -(-rb[s] // L)
+      at = [np.flatnonzero(body.astype(bool) & (seq == s) & (row0 == base[s] + c * L))
+            for c in range(chunks)]
+      assert all(len(a) == 1 for a in at), (k, s)
+      at = np.concatenate(at) if chunks else np.zeros(0, int)
+      seg_of = np.minimum(at // per, nseg - 1)
+      assert np.all(at - seg_of * per < per), "within the segment's body slots"
+      assert np.all(np.diff(seg_of) >= 0), "parts in order"
+      for j in range(nseg):
+        mine = at[seg_of == j] - j * per
+        assert count[j, s] == len(mine)
+        assert list(mine) == list(range(first[j, s], first[j, s] + count[j, s]))
+    assert np.all(cin[1:] == (cout[:-1] & (count[1:] > 0)))
+    assert not cin[0].any() and not cout[-1].any()
+    assert np.all(np.flatnonzero(body) < plan.body_slots) and len(seq) == plan.n_slots
+    fills = np.flatnonzero((body == 0) & (rows > 0))
+    assert np.all(fills >= (nseg - 1) * per)
     assert rows.sum() == T - int(np.minimum(np.asarray(n), cfg.capacity).sum())

@@ -39,7 +39,8 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   p = m.random_params(cfg, 3)
   ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
   seg, = plan.segments
-  _, y, _ = pk.chunk_scan(plan, seg, slots, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
+  view = pk.segment_view(slots, seg)
+  _, y, _ = pk.chunk_scan(plan, seg, view, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
                           jnp.asarray([0.0, 7.0, 0.0], jnp.float32), xr, dtr, None, p.A_log,
                           p.D, ssm)
   y = np.asarray(y)
@@ -65,7 +66,8 @@ def test_slot_table_covers_bodies_and_fills():
          if k > 0]
   assert got == [(0, 0, 16, 1), (0, 16, 16, 1), (2, 41, 16, 1), (2, 57, 16, 1), (2, 73, 5, 1),
                  (2, 86, 4, 0), (3, 90, 10, 0)]
-  assert list(np.asarray(t.first)) == [0, 2, 2, 5] and list(np.asarray(t.count)) == [2, 0, 3, 0]
+  assert np.asarray(t.first).tolist() == [[0, 2, 2, 5]]
+  assert np.asarray(t.count).tolist() == [[2, 0, 3, 0]]
   assert len(t.seq) == plan.n_slots == 100 // 16 + 2 * 4
 
 
@@ -99,8 +101,8 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
                         i32([Rb, Rb, 0]))
   seg, = plan.segments
   flat_x = xbc.reshape(B * R, -1)
-  post = chunk_conv.body_conv(plan, seg, slots, i32([1, 1, 0]), flat_x, base, rb, conv0,
-                              p.conv_weight, p.conv_bias)
+  post = chunk_conv.body_conv(plan, seg, pk.segment_view(slots, seg), i32([1, 1, 0]), flat_x,
+                              base, rb, conv0, p.conv_weight, p.conv_bias)
   dtp = dispatch.slot_dt(plan, slots, p, dt.reshape(B * R, -1))
   conv_end = dispatch.conv_after_bodies(cfg, conv0, flat_x, base, rb)
   want, want_end = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])
@@ -119,8 +121,9 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
   """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=4096, 175 MB in one scan, runs in
   two segments within the limit (the carried states counted), R=512 in one; B=2 has twice
   the limit; scratch_mb=0 keeps one scan. The segments tile the slot table once, in order,
-  and hold scratch for every body slot (the first `body_slots`). A limit below one chunk's
-  scratch and what segments share is an error that names the least it takes."""
+  each with scratch for its `segment_slots`; each holds the next part of every body, so a
+  padded B=2 call runs both sequences in every segment. A limit that no count of segments
+  meets is an error that names the least it takes."""
   tiles = m.chunk_tile_config(m.BOLT, "bf16")
   assert tiles.scratch_mb == 100
   plan = lambda R, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, T=B * R, S=B, E=B, has_z=False,
@@ -134,11 +137,19 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
     assert len(segs) == count, (R, B)
     assert pk.scratch_bytes(p) <= B * 100e6
     assert [s.start for s in segs] == [0] + [s.stop for s in segs[:-1]]
-    assert segs[-1].stop == p.n_slots and sum(s.body for s in segs) == p.body_slots
-    assert all(s.body == s.stop - s.start for s in segs[:-1])
-    assert max(s.body for s in segs) - min(s.body for s in segs) <= 1, "evened out"
+    assert segs[-1].stop == p.n_slots and p.body_slots == count * p.segment_slots
+    assert all(s.body == p.segment_slots == s.stop - s.start for s in segs[:-1])
+  p = plan(4096, 2)
+  i32 = lambda a: jnp.asarray(a, jnp.int32)
+  rb = 4096 - m.BOLT.capacity
+  t = pk.slot_table(p, i32([0, 4096, 8192]), i32([4096, 4096, 0]), i32([4096, 4096, 0]),
+                    i32([rb, rb, 0]))
+  assert np.asarray(t.count).tolist() == [[16, 16, 0], [16, 16, 0]]
+  assert np.asarray(t.carry_out).tolist() == [[1, 1, 0], [0, 0, 0]]
+  body = np.asarray(t.body)
+  assert body.sum() == 64 and np.all(np.flatnonzero(body) < p.body_slots)
   small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=10))
-  with pytest.raises(ValueError, match=r"scratch_mb=10: one chunk's scratch .* 15\.79 MB"):
+  with pytest.raises(ValueError, match=r"scratch_mb=10: a chunk's scratch .* 11\.60 MB"):
     small.segments
 
 
@@ -192,7 +203,7 @@ def test_chunk_shorter_than_conv_state_is_rejected():
 
 
 def test_a_scratch_limit_too_small_is_rejected_and_leaves_the_state():
-  """`prefill` with a `scratch_mb` below one chunk's scratch: ValueError naming the least
+  """`prefill` with a `scratch_mb` that no count of segments meets: ValueError naming the least
   it takes, raised while tracing, so the donated pool is neither consumed nor changed."""
   cfg = small_cfg(headdim=16)
   p = m.random_params(cfg, 2)
@@ -200,7 +211,7 @@ def test_a_scratch_limit_too_small_is_rejected_and_leaves_the_state():
   state = random_state(cfg, 1, rng=rng)
   before = copy_state(state)
   xbc, dt = inputs(cfg, 1, 100, rng=rng)
-  with pytest.raises(ValueError, match=r"scratch_mb=1e-05: one chunk's scratch"):
+  with pytest.raises(ValueError, match=r"scratch_mb=1e-05: a chunk's scratch per sequence"):
     m.prefill(cfg, p, state, xbc, dt, [0], backend="interpret", chunked=True,
               chunk_tiles=m.ChunkTiles(chunk=16, scratch_mb=1e-5))
   for name, a, b in zip(type(state)._fields, state, before):

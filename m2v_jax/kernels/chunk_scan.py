@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -69,13 +70,17 @@ class ChunkPlan:
 
   @property
   def n_slots(self) -> int:
-    """Slots enough for any layout: sum(ceil(a_i / L)) <= T // L + (number of terms)."""
-    return self.T // self.chunk + 2 * (self.S + 1)
+    """Slots enough for any layout: each segment's `segment_slots`, the last segment's
+    holding its bodies and the blocks to fill (sum(ceil(a_i / L)) <= T // L + (number of
+    terms))."""
+    return ((self.segment_count - 1) * self.segment_slots + self.T // self.chunk
+            + 2 * (self.S + 1))
 
   @property
   def body_slots(self) -> int:
-    """Body slots enough for any layout (they come first): at most T // L + S."""
-    return self.T // self.chunk + self.S
+    """Slots that may hold a body chunk: each segment's first `segment_slots` (in one
+    segment, T // L + S: enough for any layout)."""
+    return self.segment_count * self.segment_slots
 
   @property
   def conv_T(self) -> int:
@@ -149,16 +154,20 @@ class ChunkPlan:
     return (L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize + 4 * cfg.ngroups * L * L
             + own + self.st_dtype.itemsize * state)
 
-  @property
-  def dt_bytes(self) -> int:
-    """Every body slot's processed dt, float32 (all segments read theirs from it)."""
-    return 4 * self.conv_T * self.cfg.nheads
+  def _slots_per_segment(self, n: int) -> int:
+    """Body slots of each of n segments: enough for any layout, where each body is cut into
+    n parts of ceil(its chunks / n) chunks (`slot_table`): sum_s ceil(nb_s / n) <= (T // L)
+    // n + S."""
+    return self.T // self.chunk // n + self.S
 
-  @property
-  def carry_bytes(self) -> int:
-    """The float32 states carried between segments: two (the one carried in and the one
-    carried out, as a segment boundary falls inside one body at most)."""
-    return 4 * 2 * self.cfg.nheads * self.cfg.headdim * self.cfg.dstate
+  def scratch_at(self, n: int) -> int:
+    """Bytes of scratch at once with n segments: one segment's body slots, every body slot's
+    processed dt (float32, all segments read theirs from it) and, with more than one, each
+    sequence's float32 state carried between segments."""
+    cfg, per = self.cfg, self._slots_per_segment(n)
+    dt = 4 * n * per * self.chunk * cfg.nheads
+    carry = 4 * self.S * cfg.nheads * cfg.headdim * cfg.dstate if n > 1 else 0
+    return per * self.slot_bytes + dt + carry
 
   @property
   def scratch_budget(self) -> int:
@@ -166,39 +175,38 @@ class ChunkPlan:
     limit)."""
     return int(self.tiles.scratch_mb * 1e6) * self.S
 
-  @property
+  @functools.cached_property
   def segment_count(self) -> int:
-    """Segments of the call: one where all body slots' scratch fits `scratch_budget`, else as
-    few as fit it beside what they share (`dt_bytes`, `carry_bytes`).
+    """Segments of the call: one where all body slots' scratch fits `scratch_budget`, else the
+    fewest that fit it (`scratch_at`).
 
-    Raises ValueError where the budget does not hold one slot beside what they share.
+    Raises ValueError where no count does (each segment holds a slot per sequence at least).
     """
-    nb, budget = self.body_slots, self.scratch_budget
-    if not budget or nb * self.slot_bytes + self.dt_bytes <= budget:
+    budget, most = self.scratch_budget, self.T // self.chunk + 1
+    if not budget:
       return 1
-    shared = self.dt_bytes + self.carry_bytes
-    most = (budget - shared) // self.slot_bytes
-    if most < 1:
-      least = (shared + self.slot_bytes) / self.S / 1e6
-      raise ValueError(f"ChunkTiles.scratch_mb={self.tiles.scratch_mb}: one chunk's scratch "
-                       f"and what segments share (dt, carried states) need {least:.2f} MB a "
-                       f"sequence here; ask for at least that, or 0 for no limit")
-    return -(-nb // most)
+    for n in range(1, most + 1):
+      if self.scratch_at(n) <= budget:
+        return n
+    least = min(self.scratch_at(n) for n in range(2, most + 1)) / self.S / 1e6
+    raise ValueError(f"ChunkTiles.scratch_mb={self.tiles.scratch_mb}: a chunk's scratch per "
+                     f"sequence and what segments share (dt, carried states) need {least:.2f} "
+                     f"MB a sequence here; ask for at least that, or 0 for no limit")
 
   @property
   def segment_slots(self) -> int:
-    """Body slots of the largest segment."""
-    return -(-self.body_slots // self.segment_count)
+    """Body slots of each segment."""
+    return self._slots_per_segment(self.segment_count)
 
   @property
   def segments(self) -> tuple["Segment", ...]:
-    """The slot table cut into `segment_count` runs (the last takes the slots past the body
-    slots), scanned one after the other, each with scratch for the body slots it can hold;
-    their body slots differ by one at most."""
-    n, nb = self.segment_count, self.body_slots
-    start = [j * nb // n for j in range(n + 1)]
-    return tuple(Segment(start=start[j], stop=start[j + 1] if j < n - 1 else self.n_slots,
-                         body=start[j + 1] - start[j], index=j, count=n) for j in range(n))
+    """The slot table in `segment_count` runs of `segment_slots` (the last also takes the
+    blocks to fill), scanned one after the other, each with scratch for its body slots.
+    Each segment holds the next part of every body (`slot_table`), so its kernels run all
+    the call's sequences at once."""
+    n, per = self.segment_count, self.segment_slots
+    return tuple(Segment(start=j * per, stop=(j + 1) * per if j < n - 1 else self.n_slots,
+                         body=per, index=j, count=n) for j in range(n))
 
   @property
   def products(self) -> backend.Products | None:
@@ -228,10 +236,9 @@ class ChunkPlan:
 
 
 def scratch_bytes(plan: ChunkPlan) -> int:
-  """Bytes of the chunked body's intermediate buffers at once: its largest segment's, every
-  slot's processed dt and, where there are several segments, the carried states."""
-  carry = plan.carry_bytes if len(plan.segments) > 1 else 0
-  return max(seg.body for seg in plan.segments) * plan.slot_bytes + plan.dt_bytes + carry
+  """Bytes of the chunked body's intermediate buffers at once (`ChunkPlan.scratch_at` its
+  segments)."""
+  return plan.scratch_at(plan.segment_count)
 
 
 class Segment(NamedTuple):
@@ -248,12 +255,13 @@ class Segment(NamedTuple):
 class Slots(NamedTuple):
   """A call's slots (int32, built on the device by `slot_table`): per slot [n_slots] its
   sequence, first flat row, rows (0: unused), and 1 for a body chunk or 0 for rows to fill;
-  per sequence [S + 1] the first body slot and the count.
+  per segment and sequence [segments, S + 1] the first of its body slots in the segment
+  (counted from the segment's first slot), their count, and whether its body opens in the
+  segment (`opens`), began in an earlier one (`carry_in`: it starts from the carried state)
+  or goes on in a later one (`carry_out`).
 
-  A segment's view (`segment_view`) holds its slots, the first and count of each sequence's
-  body slots in it, and per sequence whether its body opens in the segment (`opens`), begins
-  in an earlier one (`carry_in`: it starts from the carried state) or goes on in a later one
-  (`carry_out`); the three are None in a call of one segment.
+  A segment's view (`segment_view`) holds its slots and its row of the rest; the last three
+  are None in a call of one segment.
   """
 
   seq: jax.Array
@@ -274,40 +282,49 @@ def kernel_tag(plan: ChunkPlan, seg: Segment) -> str:
 
 
 def segment_view(slots: Slots, seg: Segment) -> Slots:
-  """`slots` as segment `seg` sees them (`Slots`); a call's only segment sees them all."""
+  """`slots` as segment `seg` sees them (`Slots`)."""
+  j = seg.index
   if seg.count == 1:
-    return slots
-  lo, hi = slots.first, slots.first + slots.count
-  end = seg.start + seg.body
-  first = jnp.clip(lo - seg.start, 0, seg.body)
-  count = jnp.clip(hi - seg.start, 0, seg.body) - first
-  flag = lambda c: (c & (count > 0)).astype(jnp.int32)
+    return Slots(slots.seq, slots.row0, slots.rows, slots.body, slots.first[j], slots.count[j])
   cut = lambda a: a[seg.start:seg.stop]
-  return Slots(cut(slots.seq), cut(slots.row0), cut(slots.rows), cut(slots.body), first, count,
-               opens=flag(lo >= seg.start), carry_in=flag(lo < seg.start),
-               carry_out=flag(hi > end))
+  return Slots(cut(slots.seq), cut(slots.row0), cut(slots.rows), cut(slots.body),
+               *(a[j] for a in slots[4:]))
 
 
 def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
   """Slots for sequences at flat rows `base` [S+1] with `n` rows, `span` rows reserved (n and
-  past: filled) and `rb` body rows: each body in chunks, then each filled block."""
+  past: filled) and `rb` body rows. Each body's nb chunks are cut into parts of ceil(nb /
+  segments) chunks, its part j in segment j; a segment lists the sequences' parts in order,
+  each part's chunks in order, and the last segment then each block to fill. In one segment:
+  each body in chunks, then each filled block."""
   L, ns, S1 = plan.chunk, plan.n_slots, plan.S + 1
+  nseg, per = plan.segment_count, plan.segment_slots
   i32 = jnp.int32
   gap = span - n
   nb, ng = (rb + L - 1) // L, (gap + L - 1) // L
-  ends = jnp.cumsum(jnp.concatenate([nb, ng]))
-  starts = ends - jnp.concatenate([nb, ng])
+  q = (nb + nseg - 1) // nseg                                       # chunks per part
+  lo = jnp.minimum(nb[None, :], jnp.arange(nseg + 1, dtype=i32)[:, None] * q[None, :])
+  part = lo[1:] - lo[:-1]                                           # [nseg, S1]
+  fills = jnp.zeros((nseg, S1), i32).at[nseg - 1].set(ng)
+  sizes = jnp.concatenate([part, fills], axis=1)                    # [nseg, 2 S1]
+  ends = jnp.cumsum(sizes, axis=1)
+  starts = ends - sizes
   i = jnp.arange(ns, dtype=i32)
-  k = jnp.searchsorted(ends, i, side="right", method="compare_all").astype(i32)  # 2(S+1): unused
+  j = jnp.minimum(i // per, nseg - 1)                               # the slot's segment
+  at = i - j * per
+  k = jnp.sum(ends[j] <= at[:, None], axis=1).astype(i32)           # 2(S+1): unused
   used = k < 2 * S1
   kk = jnp.minimum(k, 2 * S1 - 1)
   body = kk < S1
   s = jnp.where(body, kk, kk - S1)
-  j = i - starts[kk]
-  row0 = jnp.where(used, base[s] + jnp.where(body, 0, n[s]) + j * L, 0)
-  rows = jnp.where(used, jnp.minimum(L, jnp.where(body, rb[s], gap[s]) - j * L), 0)
-  return Slots(s.astype(i32), row0.astype(i32), rows.astype(i32),
-               (body & used).astype(i32), starts[:S1].astype(i32), nb.astype(i32))
+  c = at - starts[j, kk] + jnp.where(body, lo[j, s], 0)            # chunk (block) of it
+  row0 = jnp.where(used, base[s] + jnp.where(body, 0, n[s]) + c * L, 0)
+  rows = jnp.where(used, jnp.minimum(L, jnp.where(body, rb[s], gap[s]) - c * L), 0)
+  has = part > 0
+  flag = lambda a: (a & has).astype(i32)
+  return Slots(s.astype(i32), row0.astype(i32), rows.astype(i32), (body & used).astype(i32),
+               starts[:, :S1].astype(i32), part.astype(i32), opens=flag(lo[:-1] == 0),
+               carry_in=flag(lo[:-1] > 0), carry_out=flag(lo[1:] < nb[None, :]))
 
 
 def _log_decay(dtv, a_h, L):
@@ -411,32 +428,36 @@ def _pool_at(plan: ChunkPlan, idx_ref, slot_ref, b, h, ps):
   return (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
 
 
-def _start_state(ssm_ref, at, cin_ref, carry_ref, row, b, h, ps):
-  """A sequence's float32 state before its first body slot of the segment: the pool's at
-  `at`, or the carried one (carry row `row`) where its body began in an earlier segment."""
+def _start_state(plan: ChunkPlan, ssm_ref, at, cin_ref, carry_ref, b, h, ps):
+  """Sequence b's float32 state before its first body slot of the segment: the pool's at
+  `at`, or its carried one where its body began in an earlier segment."""
   st = ssm_ref[at].astype(f32)
   if carry_ref is None:
     return st
   cin = cin_ref[b] > 0
-  row = jnp.int32(row)                     # a masked load's index: traced, not a Python int
-  return jnp.where(cin, backend.load(carry_ref.at[row, h, ps, :], cin), st)
+  return jnp.where(cin, backend.load(carry_ref.at[_carried(plan, b), h, ps, :], cin), st)
 
 
-def _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, row, b, h, ps) -> None:
-  """Stores a sequence's state after its last body slot of the segment: into the pool at
-  `at`, or into carry row `row` where its body goes on in a later segment."""
+def _carried(plan: ChunkPlan, b):
+  """Sequence b's row of the carried states (the entry past the sequences has no body)."""
+  return jnp.minimum(b, plan.S - 1)
+
+
+def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps) -> None:
+  """Stores sequence b's state after its last body slot of the segment: into the pool at
+  `at`, or into its carried state where its body goes on in a later segment."""
   if carry_out_ref is None:
     ssm_out_ref[at] = st.astype(ssm_out_ref.dtype)
     return
   cout = cout_ref[b] > 0
-  backend.store(carry_out_ref.at[jnp.int32(row), h, ps, :], st, cout)
+  backend.store(carry_out_ref.at[_carried(plan, b), h, ps, :], st, cout)
   backend.store(ssm_out_ref.at[at], st.astype(ssm_out_ref.dtype), jnp.logical_not(cout))
 
 
 def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
                               dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
-                              carry_ref=None, cout_ref=None, carry_out_ref=None,
-                              carry_rows=(0, 0), dt0=0, plan: ChunkPlan):
+                              carry_ref=None, cout_ref=None, carry_out_ref=None, dt0=0,
+                              plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_state` and st = dec * st + own.
 
@@ -452,7 +473,7 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    st = _start_state(ssm_ref, at, cin_ref, carry_ref, carry_rows[0], b, h, ps)
+    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
 
     def chunk(c, st):
       i = first + c
@@ -463,13 +484,12 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
       return dec * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
-    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, carry_rows[1], b, h, ps)
+    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
 def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
                        ssm_ref, ssm_out_ref, st_ref, cin_ref=None, carry_ref=None,
-                       cout_ref=None, carry_out_ref=None, carry_rows=(0, 0),
-                       plan: ChunkPlan):
+                       cout_ref=None, carry_out_ref=None, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, S+1): st = dec * st + s over a sequence's slots.
 
     idx_ref, slot_ref, valid_ref [S+1] int32: entry, starting slot (snapshot), 1 if it runs
@@ -479,9 +499,9 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
       kernel's products round it to bf16 anyway); not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
     cin_ref, cout_ref [S+1] int32: 1 where a body began in an earlier segment, goes on in a
-      later one (`Slots`); carry_ref [2, H, P, N] f32: the state carried in at row
-      carry_rows[0], aliased to carry_out_ref, the one carried out at row carry_rows[1]
-      (absent where no segment comes before or after; one body at most each).
+      later one (`Slots`); carry_ref [S, H, P, N] f32: each sequence's state carried in,
+      aliased to carry_out_ref, the one carried out (absent where no segment comes before or
+      after).
   """
   BP = plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -491,7 +511,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    st = _start_state(ssm_ref, at, cin_ref, carry_ref, carry_rows[0], b, h, ps)
+    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
 
     def chunk(c, st):
       own = s_ref[first + c, h, ps, :]
@@ -499,7 +519,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
       return dec_ref[first + c, h] * st + own
 
     st = lax.fori_loop(0, count_ref[b], chunk, st)
-    _end_state(st, ssm_out_ref, at, cout_ref, carry_out_ref, carry_rows[1], b, h, ps)
+    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
@@ -620,8 +640,8 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     z: optional [T, H*P] gate; A_log, D: [H] float32.
     ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
     y: the previous segment's y (None for the first), written in place.
-    carry: the previous segment's carried states [2, H, P, N] float32 (None for the first):
-      segment j reads row (j - 1) % 2 and writes row j % 2.
+    carry: the previous segment's carried states [S, H, P, N] float32, a row per sequence
+      (None for the first).
 
   Returns:
     (ssm, y [T, H*P] in the activation dtype with the segment's slots' rows written, the
@@ -639,11 +659,10 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   launch = lambda kernel, static={}, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, **static, plan=plan), interpret=plan.interpret, **kw)
   more = seg.index < seg.count - 1
-  carry_rows = dict(carry_rows=((seg.index - 1) % 2, seg.index % 2))     # rows in, out
   tag = kernel_tag(plan, seg)
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                     st_ref=sds((nb, H, P, N), plan.st_dtype),
-                    carry_out_ref=sds((2, H, P, N), f32) if more else None)
+                    carry_out_ref=sds((plan.S, H, P, N), f32) if more else None)
   passing = dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
                  count_ref=slots.count, cin_ref=slots.carry_in if seg.index else None,
                  carry_ref=carry if seg.index else None,
@@ -653,7 +672,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_pass:
     passed = launch(
-        _chunk_states_pass_kernel, dict(dt0, **carry_rows),
+        _chunk_states_pass_kernel, dt0,
         inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
@@ -667,7 +686,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
         num_warps=t.state_warps, num_stages=t.state_stages,
         name=f"m2v_chunk_states_{tag}")
     passed = launch(
-        _chunk_pass_kernel, carry_rows,
+        _chunk_pass_kernel,
         inputs=dict(passing, dec_ref=own["dec_ref"], s_ref=own["s_ref"], ssm_ref=ssm),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.num_warps,
