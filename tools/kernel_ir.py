@@ -7,6 +7,9 @@ refactor, a move) must leave the manifest unchanged:
 
     python tools/kernel_ir.py --out=/tmp/ir_before        # on the old commit
     python tools/kernel_ir.py --out=/tmp/ir_after --compare=/tmp/ir_before/manifest.json
+
+Run the old commit from its own checkout with `PYTHONPATH=<that checkout>`: an editable
+install of the package would otherwise import the current tree's.
 """
 
 from __future__ import annotations
