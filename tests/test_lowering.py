@@ -173,6 +173,22 @@ def test_chunked_prefill_lowers(mode, B, R, z, segments):
   assert text.count("__gpu$xla.gpu.triton") == chunked_launches(mode, segments)
 
 
+def test_segments_share_compiled_kernels():
+  """A Bolt bf16 prefill of 8192 rows runs in four segments; its 23 Triton launches hold 14
+  distinct kernels (XLA compiles each distinct custom call once): the conv head one for all
+  segments, the conv and C·Bᵀ two (the last segment's slot table is longer), the output and
+  the fused pass three (the first segment has no y or carried state in, the last no state
+  out), beside the verify tail's three."""
+  cfg = m.BOLT
+  plan = dispatch.chunk_plan(cfg, "pallas", m.state_shapes(cfg, 1), 8192, 1, jnp.bfloat16,
+                             False, 8192 - cfg.capacity)
+  assert len(plan.segments) == 4
+  text = lower(cfg, 1, 8192, chunked=True)
+  configs = re.findall(r"mhlo\.backend_config = \{(.*?)\}[^{}]*: \(", text, re.S)
+  assert len(configs) == text.count("__gpu$xla.gpu.triton") == chunked_launches("snapshot", 4)
+  assert len(set(configs)) == 14
+
+
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_ragged_prefill_lowers(mode):
   text = lower(m.BOLT.replace(replay_mode=mode), 3, 300, chunked=True, ragged=True)

@@ -305,7 +305,8 @@ def lower_for_cuda(fn, *args, donate_argnums=()):
 
 
 def triton_kernels(fn, *args, donate_argnums=()):
-  """{name: (Triton IR, num_warps, num_stages)} of each Pallas kernel of `jax.jit(fn)(*args)`.
+  """{name: (Triton IR, num_warps, num_stages)} of each distinct Pallas kernel of
+  `jax.jit(fn)(*args)`: kernels of one name with different IR are `name`, `name#2`, ...
 
   Works on any machine; `tools/sass.py` compiles the IR to SASS.
   """
@@ -318,9 +319,10 @@ def triton_kernels(fn, *args, donate_argnums=()):
     result = original(*a, **k)
     op = result.module.operation
     name = str(op.attributes["sym_name"]).strip('"')
-    if name in irs:
-      raise ValueError(f"two kernels named {name}")
-    irs[name] = op.get_asm(enable_debug_info=False)
+    ir = op.get_asm(enable_debug_info=False)
+    same = [key for key in irs if key.split("#")[0] == name]
+    if all(irs[key] != ir for key in same):
+      irs[name + (f"#{len(same) + 1}" if same else "")] = ir
     return result
 
   lowering.lower_jaxpr_to_triton_module = capture
@@ -330,6 +332,8 @@ def triton_kernels(fn, *args, donate_argnums=()):
     lowering.lower_jaxpr_to_triton_module = original
   params = {m[1]: (int(m[3]), int(m[2])) for m in re.finditer(
       r'name = "(\w+)", num_stages = (\d+) : i32, num_warps = (\d+) : i32', text)}
-  if set(params) != set(irs):
-    raise ValueError(f"launch parameters not found for {sorted(set(irs) - set(params))}")
-  return {name: (ir,) + params[name] for name, ir in irs.items()}
+  base = lambda key: key.split("#")[0]
+  if set(params) != {base(key) for key in irs}:
+    raise ValueError(f"launch parameters not found for "
+                     f"{sorted({base(key) for key in irs} - set(params))}")
+  return {key: (ir,) + params[base(key)] for key, ir in irs.items()}

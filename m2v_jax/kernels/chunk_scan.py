@@ -276,9 +276,15 @@ class Slots(NamedTuple):
 
 
 def kernel_tag(plan: ChunkPlan, seg: Segment) -> str:
-  """The end of a segment's kernel names: the replay mode, then `_s<index>` where a call has
-  several segments."""
-  return plan.cfg.replay_mode + (f"_s{seg.index}" if seg.count > 1 else "")
+  """The end of a segment's kernel names: the replay mode, then `_seg` where a call has
+  several segments (one name for all, so that XLA compiles a kernel that several segments
+  launch alike once)."""
+  return plan.cfg.replay_mode + ("_seg" if seg.count > 1 else "")
+
+
+def _dt_row(dt0_ref):
+  """The segment's first row of the processed dt: dt0_ref[0], or 0 in a call of one segment."""
+  return 0 if dt0_ref is None else dt0_ref[0]
 
 
 def segment_view(slots: Slots, seg: Segment) -> Slots:
@@ -391,13 +397,13 @@ def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, i, bm, h, pid_p, BP, 
 
 
 def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
-                         alog_ref, s_ref, dec_ref, dt0=0, plan: ChunkPlan):
+                         alog_ref, s_ref, dec_ref, dt0_ref=None, plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
 
     seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
     xr_ref [rows, C] post-conv rows: L rows per body slot of the segment, zero past its rows
-    dtr_ref [body slots * L, H] f32 processed dt of every body slot, the segment's from row
-      dt0 (a static offset), zero past each slot's rows
+    dtr_ref [body slots * L, H] f32 processed dt of every body slot, zero past each slot's
+      rows; dt0_ref [1] int32: the segment's first row of it (absent: 0)
     s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
     dec_ref [body slots, H] f32         exp(acum_L)
   """
@@ -406,6 +412,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
   i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
+  dt0 = _dt_row(dt0_ref)
 
   @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
   def _run():
@@ -456,8 +463,8 @@ def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b,
 
 def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
                               dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
-                              carry_ref=None, cout_ref=None, carry_out_ref=None, dt0=0,
-                              plan: ChunkPlan):
+                              carry_ref=None, cout_ref=None, carry_out_ref=None,
+                              dt0_ref=None, plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_state` and st = dec * st + own.
 
@@ -470,6 +477,8 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   first = first_ref[b]
   bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
   at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
+
+  dt0 = _dt_row(dt0_ref)
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
@@ -524,12 +533,12 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
-                      y_ref, dt0=0, plan: ChunkPlan):
+                      y_ref, dt0_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
     cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
-    sequence not run and of its rows past n; xr_ref, dtr_ref as `_chunk_states_kernel`;
+    sequence not run and of its rows past n; xr_ref, dtr_ref, dt0_ref as `_chunk_states_kernel`;
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
@@ -549,6 +558,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   g = h0 // cfg.heads_per_group
   body = (body_ref[i] > 0) & (valid_ref[s] > 0)
   has_rows = r0 < len_ref[i]
+  dt0 = _dt_row(dt0_ref)
 
   @pl.when(body & has_rows)
   def _run():
@@ -655,9 +665,9 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   tiles_p = P // plan.local_block_p
   table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
                valid_ref=valid)
-  dt0 = dict(dt0=seg.start * L)                                 # the segment's dt rows
-  launch = lambda kernel, static={}, **kw: backend.pallas_call(
-      lambda **refs: kernel(**refs, **static, plan=plan), interpret=plan.interpret, **kw)
+  dt0 = dict(dt0_ref=jnp.full((1,), seg.start * L, jnp.int32) if seg.count > 1 else None)
+  launch = lambda kernel, **kw: backend.pallas_call(
+      lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   more = seg.index < seg.count - 1
   tag = kernel_tag(plan, seg)
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
@@ -672,15 +682,14 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_pass:
     passed = launch(
-        _chunk_states_pass_kernel, dt0,
-        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm),
+        _chunk_states_pass_kernel,
+        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm, **dt0),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
         name=f"m2v_chunk_states_pass_{tag}")
   else:
     own = launch(
-        _chunk_states_kernel, dt0,
-        inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
+        _chunk_states_kernel, inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, **dt0),
         outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
         grid=(H // plan.state_heads * tiles_p, nb),
         num_warps=t.state_warps, num_stages=t.state_stages,
@@ -696,10 +705,10 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
       num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{tag}")
   out = launch(
-      _chunk_out_kernel, dt0,
+      _chunk_out_kernel,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
-                  d_ref=D, y_in_ref=y),
+                  d_ref=D, y_in_ref=y, **dt0),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
       grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),

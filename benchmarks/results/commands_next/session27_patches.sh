@@ -2,7 +2,7 @@
 # For a later session: prefill kernel patches prepared in session 26 (interpret tests pass;
 # not measured), each against the tree in turn twice at R=512/4096 (B=1, bf16, snapshot),
 # then ncu of the kernels it changes (at R=4096 the first of the call's two segments, 16 of
-# its 33 body slots; rebased in session 27 onto the segmented scan). Run from the repository
+# its 32 chunks; rebased in sessions 27-28 onto the segmented scan). Run from the repository
 # root, patches not applied:
 #   bash benchmarks/results/commands_next/session27_patches.sh fused_prefetch cb_in_output
 # - fused_prefetch: the fused chunk-states pass loads each chunk's x and dt one chunk ahead by
@@ -31,10 +31,10 @@ for p in "$@"; do
     done
   done
   patch -s -p1 < $D/$p.patch
-  n=3; [ $p = cb_in_output ] && n=2        # the matched launches of one call's first segment
-  echo "=== $p ncu $(date -u +%T)"
-  timeout -k 5 60 ncu --clock-control none --kernel-name regex:'m2v_chunk_(states_pass|cb|out)_snapshot_s0' \
-    --launch-skip $n --launch-count $n --metrics $M python3 tools/profile_call.py --prefill \
+  n=3; [ $p = cb_in_output ] && n=2        # the matched launches of one call's segment
+  echo "=== $p ncu $(date -u +%T)"      # the second call's first segment (two a call)
+  timeout -k 5 60 ncu --clock-control none --kernel-name regex:'m2v_chunk_(states_pass|cb|out)_snapshot_seg' \
+    --launch-skip $((2 * n)) --launch-count $n --metrics $M python3 tools/profile_call.py --prefill \
     --mode=snapshot --batch=1 --rows=4096 --calls=1 2>&1 | grep -E "m2v_|  [a-z_]+__" \
     | sed 's/  */ /g' | tee $O/${p}_ncu.txt
   patch -s -R -p1 < $D/$p.patch
