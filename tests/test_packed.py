@@ -199,6 +199,33 @@ class PackedChecks:
       for name, a, b in zip(type(got)._fields, got, before):
         assert_bitwise(a[e], b[e], f"entry {e}: {name}")
 
+  def test_a_full_segment_equals_one_scan(self):
+    """Two prompts of capacity + 2L + 1 rows (three chunks each, cut 1 + 2) in two
+    segments: the second holds `segment_slots` body slots, as many as the bound allows;
+    bitwise one scan's."""
+    cfg = small_cfg(mode="compact", headdim=16)
+    L = 16
+    p = m.random_params(cfg, 12)
+    rng = np.random.default_rng(12)
+    lengths = [cfg.capacity + 2 * L + 1] * 2
+    cu, xbc, dt = packed_inputs(cfg, lengths, 0, rng)
+    state = random_state(cfg, 2, rng=rng)
+    one_scan = m.ChunkTiles(chunk=L, scratch_mb=0)
+    tiles = self.segmented(cfg, self.backend, state, xbc.shape[0], 2, jnp.float32, one_scan, 2)
+    plan = dispatch.chunk_plan(cfg, self.backend, state, xbc.shape[0], 2, jnp.float32, False,
+                               xbc.shape[0] - cfg.capacity, tiles)
+    base, n, span, trailing = dispatch.packed_layout(jnp.asarray(cu), xbc.shape[0])
+    _, t = dispatch.packed_slots(plan, base, n, span, trailing)
+    assert np.asarray(t.count).tolist() == [[1, 1, 0], [2, 2, 0]] and plan.segment_slots == 4
+    run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu),
+                                         state_row=[0, 0], cache_indices=[0, 1],
+                                         backend=self.backend, chunk_tiles=t)
+    y1, one = run(clone(state), one_scan)
+    y, got = run(state, tiles)
+    assert_bitwise(y, y1, "y")
+    for name, a, b in zip(type(got)._fields, got, one):
+      assert_bitwise(a, b, name)
+
   @pytest.mark.parametrize("mode", matrix(["compact", "snapshot"], keep={0}))
   def test_segments_of_a_ragged_prefill_equal_one_scan(self, mode):
     """The padded `prefill` with `num_rows` (ragged) in four segments against one scan,
@@ -368,14 +395,15 @@ def test_a_nan_in_one_prompt_stays_there(mode):
 
 
 def test_slot_counts_hold_for_random_layouts():
-  """For random prompt lengths (many short ones) in 1, 2, 3 or 6 segments: every body chunk
-  has exactly one slot, in the segment its part falls in, among that segment's first
-  `segment_slots` (the chunk kernels' grid and scratch), each sequence's slots of a segment
-  in order from its `first`; the states carried out of a segment are carried into the next;
-  the fill blocks come last and all slots fit `n_slots`."""
+  """For random prompt lengths (short ones and bodies of kL + 1 rows, T not a multiple of L)
+  in 1, 2, 3 or 6 segments: every body chunk has exactly one slot, in the segment its part
+  falls in, among that segment's first `segment_slots` (the chunk kernels' grid and
+  scratch), each sequence's slots of a segment in order from its `first`, its parts never
+  empty between two that are not; `opens`, `carry_in` and `carry_out` as the slots say; the
+  fill blocks come last and all slots fit `n_slots`."""
   cfg = small_cfg(headdim=16)
   rng = np.random.default_rng(0)
-  S, T, L = 10, 400, TILES.chunk                      # fixed shapes: compiled once per count
+  S, T, L = 10, 403, TILES.chunk                      # fixed shapes: compiled once per count
   one = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32, tiles=TILES,
                      interpret=True)
   for k in range(32):
@@ -383,13 +411,14 @@ def test_slot_counts_hold_for_random_layouts():
     plan = dataclasses.replace(one, tiles=dataclasses.replace(
         TILES, scratch_mb=(one.scratch_at(nseg) + S) / (S * 1e6)))
     assert plan.segment_count == nseg
-    lengths = rng.integers(1, 40, S)
+    lengths = np.where(rng.random(S) < 0.5, rng.integers(1, 20, S),
+                       cfg.capacity + L * rng.integers(1, 6, S) + 1)
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
     base, n, span, trailing = dispatch.packed_layout(cu, T)
     rb, t = dispatch.packed_slots(plan, base, n, span, trailing)
     seq, row0, rows, body = (np.asarray(a) for a in t[:4])
-    first, count, cin, cout = (np.asarray(a) for a in (t.first, t.count, t.carry_in,
-                                                       t.carry_out))
+    first, count, opens, cin, cout = (np.asarray(a) for a in (
+        t.first, t.count, t.opens, t.carry_in, t.carry_out))
     per, base, rb = plan.segment_slots, np.asarray(base), np.asarray(rb)
     for s in range(S):
       chunks = -(-rb[s] // L)
@@ -399,13 +428,15 @@ def test_slot_counts_hold_for_random_layouts():
       at = np.concatenate(at) if chunks else np.zeros(0, int)
       seg_of = np.minimum(at // per, nseg - 1)
       assert np.all(at - seg_of * per < per), "within the segment's body slots"
-      assert np.all(np.diff(seg_of) >= 0), "parts in order"
+      assert np.all(np.diff(seg_of) >= 0) and np.all(np.diff(seg_of) <= 1), "parts in order"
       for j in range(nseg):
         mine = at[seg_of == j] - j * per
         assert count[j, s] == len(mine)
         assert list(mine) == list(range(first[j, s], first[j, s] + count[j, s]))
-    assert np.all(cin[1:] == (cout[:-1] & (count[1:] > 0)))
-    assert not cin[0].any() and not cout[-1].any()
+        had, has, will = (seg_of < j).any(), len(mine) > 0, (seg_of > j).any()
+        assert (opens[j, s], cin[j, s], cout[j, s]) == (has and not had, has and had,
+                                                         has and will), (k, s, j)
+    assert not count[:, S].any(), "the entry past the sequences has no body"
     assert np.all(np.flatnonzero(body) < plan.body_slots) and len(seq) == plan.n_slots
     fills = np.flatnonzero((body == 0) & (rows > 0))
     assert np.all(fills >= (nseg - 1) * per)

@@ -1,6 +1,7 @@
 """Chunked (SSD) prefill against the serial reference, and its hand-off to both modes."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -202,20 +203,27 @@ def test_chunk_shorter_than_conv_state_is_rejected():
                  tiles=m.ChunkTiles(chunk=2), interpret=True)
 
 
-def test_a_scratch_limit_too_small_is_rejected_and_leaves_the_state():
+@pytest.mark.parametrize("R,chunk", [(100, 16), (37, 64)])     # (37, 64): T below a chunk
+def test_a_scratch_limit_too_small_is_rejected_and_leaves_the_state(R, chunk):
   """`prefill` with a `scratch_mb` that no count of segments meets: ValueError naming the least
-  it takes, raised while tracing, so the donated pool is neither consumed nor changed."""
+  it takes, raised while tracing, so the donated pool is neither consumed nor changed; that
+  least, asked for, is enough."""
   cfg = small_cfg(headdim=16)
   p = m.random_params(cfg, 2)
   rng = np.random.default_rng(2)
   state = random_state(cfg, 1, rng=rng)
   before = copy_state(state)
-  xbc, dt = inputs(cfg, 1, 100, rng=rng)
-  with pytest.raises(ValueError, match=r"scratch_mb=1e-05: a chunk's scratch per sequence"):
-    m.prefill(cfg, p, state, xbc, dt, [0], backend="interpret", chunked=True,
-              chunk_tiles=m.ChunkTiles(chunk=16, scratch_mb=1e-5))
+  xbc, dt = inputs(cfg, 1, R, rng=rng)
+  run = lambda mb: m.prefill(cfg, p, state, xbc, dt, [0], backend="interpret", chunked=True,
+                             chunk_tiles=m.ChunkTiles(chunk=chunk, scratch_mb=mb))
+  with pytest.raises(ValueError, match=r"scratch_mb=1e-05: a chunk's scratch per sequence") as e:
+    run(1e-5)
   for name, a, b in zip(type(state)._fields, state, before):
     assert_bitwise(a, b, name)
+  least = float(re.search(r"need ([0-9.]+) MB", str(e.value)).group(1))
+  plan = dispatch.chunk_plan(cfg, "interpret", state, R, 1, jnp.float32, False,
+                             R - cfg.capacity, m.ChunkTiles(chunk=chunk, scratch_mb=least))
+  assert plan.segment_count >= 1 and pk.scratch_bytes(plan) <= plan.scratch_budget
 
 
 class PrefillChecks:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -155,9 +156,9 @@ class ChunkPlan:
             + own + self.st_dtype.itemsize * state)
 
   def _slots_per_segment(self, n: int) -> int:
-    """Body slots of each of n segments: enough for any layout, where each body is cut into
-    n parts of ceil(its chunks / n) chunks (`slot_table`): sum_s ceil(nb_s / n) <= (T // L)
-    // n + S."""
+    """Body slots of each of n segments: enough for any layout, where each body's part in a
+    segment has at most ceil(its chunks / n) chunks (`slot_table`): sum_s ceil(nb_s / n) <=
+    (T // L) // n + S."""
     return self.T // self.chunk // n + self.S
 
   def scratch_at(self, n: int) -> int:
@@ -173,7 +174,7 @@ class ChunkPlan:
   def scratch_budget(self) -> int:
     """Bytes of scratch the call may take at once: `tiles.scratch_mb` per sequence (0: no
     limit)."""
-    return int(self.tiles.scratch_mb * 1e6) * self.S
+    return round(self.tiles.scratch_mb * 1e6) * self.S
 
   @functools.cached_property
   def segment_count(self) -> int:
@@ -182,13 +183,13 @@ class ChunkPlan:
 
     Raises ValueError where no count does (each segment holds a slot per sequence at least).
     """
-    budget, most = self.scratch_budget, self.T // self.chunk + 1
+    budget, counts = self.scratch_budget, range(1, self.T // self.chunk + 2)
     if not budget:
       return 1
-    for n in range(1, most + 1):
+    for n in counts:
       if self.scratch_at(n) <= budget:
         return n
-    least = min(self.scratch_at(n) for n in range(2, most + 1)) / self.S / 1e6
+    least = math.ceil(min(map(self.scratch_at, counts)) / self.S / 1e4) / 100   # MB, up
     raise ValueError(f"ChunkTiles.scratch_mb={self.tiles.scratch_mb}: a chunk's scratch per "
                      f"sequence and what segments share (dt, carried states) need {least:.2f} "
                      f"MB a sequence here; ask for at least that, or 0 for no limit")
@@ -299,17 +300,18 @@ def segment_view(slots: Slots, seg: Segment) -> Slots:
 
 def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
   """Slots for sequences at flat rows `base` [S+1] with `n` rows, `span` rows reserved (n and
-  past: filled) and `rb` body rows. Each body's nb chunks are cut into parts of ceil(nb /
-  segments) chunks, its part j in segment j; a segment lists the sequences' parts in order,
-  each part's chunks in order, and the last segment then each block to fill. In one segment:
-  each body in chunks, then each filled block."""
+  past: filled) and `rb` body rows. Each body's nb chunks are cut into one part per segment
+  (floor(nb / segments) or one more; one chunk in each of the first nb segments where nb is
+  fewer), its part j in segment j; a segment lists the sequences' parts in order, each part's
+  chunks in order, and the last segment then each block to fill. In one segment: each body
+  in chunks, then each filled block."""
   L, ns, S1 = plan.chunk, plan.n_slots, plan.S + 1
   nseg, per = plan.segment_count, plan.segment_slots
   i32 = jnp.int32
   gap = span - n
   nb, ng = (rb + L - 1) // L, (gap + L - 1) // L
-  q = (nb + nseg - 1) // nseg                                       # chunks per part
-  lo = jnp.minimum(nb[None, :], jnp.arange(nseg + 1, dtype=i32)[:, None] * q[None, :])
+  j1 = jnp.arange(nseg + 1, dtype=i32)[:, None]
+  lo = jnp.where(nb >= nseg, j1 * nb // nseg, jnp.minimum(nb, j1))   # [nseg+1, S1] part starts
   part = lo[1:] - lo[:-1]                                           # [nseg, S1]
   fills = jnp.zeros((nseg, S1), i32).at[nseg - 1].set(ng)
   sizes = jnp.concatenate([part, fills], axis=1)                    # [nseg, 2 S1]
