@@ -164,6 +164,17 @@ class PackedChecks:
     assert pk.scratch_bytes(cut) <= cut.scratch_budget < pk.scratch_bytes(plan)
     return cut.tiles
 
+  @staticmethod
+  def as_one_scan(run, state, one_scan, tiles):
+    """`run(state, tiles)` against `run` of a copy with `one_scan`, bitwise (y, every leaf of
+    the pool); returns the pool."""
+    y1, one = run(clone(state), one_scan)
+    y, got = run(state, tiles)
+    assert_bitwise(y, y1, "y")
+    for name, a, b in zip(type(got)._fields, got, one):
+      assert_bitwise(a, b, name)
+    return got
+
   @pytest.mark.parametrize("mode,fused,n,act", matrix([
       ("snapshot", 1, 10, jnp.float32), ("compact", 0, 3, jnp.bfloat16),
       ("compact", 1, 5, jnp.float32), ("snapshot", 0, 2, jnp.bfloat16)], keep={0, 1}))
@@ -190,11 +201,7 @@ class PackedChecks:
                                          state_row=jnp.asarray(rows),
                                          cache_indices=jnp.asarray(idx),
                                          backend=self.backend, chunk_tiles=t)
-    y1, one = run(clone(state), one_scan)
-    y, got = run(state, tiles)
-    assert_bitwise(y, y1, "y")
-    for name, a, b in zip(type(got)._fields, got, one):
-      assert_bitwise(a, b, name)
+    got = self.as_one_scan(run, state, one_scan, tiles)
     for e in (2, 5):                                 # rejected, unused
       for name, a, b in zip(type(got)._fields, got, before):
         assert_bitwise(a[e], b[e], f"entry {e}: {name}")
@@ -220,11 +227,7 @@ class PackedChecks:
     run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu),
                                          state_row=[0, 0], cache_indices=[0, 1],
                                          backend=self.backend, chunk_tiles=t)
-    y1, one = run(clone(state), one_scan)
-    y, got = run(state, tiles)
-    assert_bitwise(y, y1, "y")
-    for name, a, b in zip(type(got)._fields, got, one):
-      assert_bitwise(a, b, name)
+    self.as_one_scan(run, state, one_scan, tiles)
 
   @pytest.mark.parametrize("mode", matrix(["compact", "snapshot"], keep={0}))
   def test_segments_of_a_ragged_prefill_equal_one_scan(self, mode):
@@ -241,11 +244,7 @@ class PackedChecks:
     tiles = self.segmented(cfg, self.backend, state, B * R, B, jnp.float32, one_scan, 4)
     run = lambda st, t: m.prefill(cfg, p, st, xbc, dt, [0] * B, z=z, num_rows=n,
                                   backend=self.backend, chunked=True, chunk_tiles=t)
-    y1, one = run(clone(state), one_scan)
-    y, got = run(state, tiles)
-    assert_bitwise(y, y1, "y")
-    for name, a, b in zip(type(got)._fields, got, one):
-      assert_bitwise(a, b, name)
+    self.as_one_scan(run, state, one_scan, tiles)
 
 
 class TestPackedInterpret(PackedChecks):
