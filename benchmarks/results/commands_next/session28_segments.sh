@@ -21,8 +21,10 @@
 #   scan, 128-row chunks and the fused pass at 64 and 128 rows; 6. "highest" before and after
 #   its products change, in turn twice (a copy of the package with highest_three_passes.patch:
 #   three TF32 passes of every product, as before).
-# A third call runs the compiled tests of the changed code and the precision table:
-#   M2V_STAGES="gpu_tests precision" M2V_GPU_TESTS_K="prefill or packed or chunk or highest" \
+# A fourth call, to run first (commands_next/README.md), runs the compiled tests of the
+# changed code and the precision table:
+#   M2V_STAGES="gpu_tests precision" \
+#     M2V_GPU_TESTS_K="prefill or packed or chunk or highest or segment" \
 #     M2V_LIMIT_GPU_TESTS=400 OUT=/tmp/out bash tools/run_gpu.sh
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
