@@ -479,7 +479,6 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   first = first_ref[b]
   bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
   at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
-
   dt0 = _dt_row(dt0_ref)
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
