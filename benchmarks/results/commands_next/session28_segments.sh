@@ -12,9 +12,9 @@
 #   tiles with scratch_mb=0 (one scan), interleaved, both checked against the serial kernel;
 #   3. prefill (chunked, R=37/512/4096).
 # b2: two padded prompts of 4096 rows (bf16), the table (two segments) against one scan, and
-#   against the segments of session 27 (each body whole in one segment, so the pass kernel
-#   ran the two prompts in turn: a copy of the package with segments_sequence_major.patch),
-#   in turn twice.
+#   against session 27's layout (the bodies back to back cut into even runs, so the pass
+#   kernel runs the two prompts' chains in turn: a copy of the package with
+#   segments_sequence_major.patch, which changes only slot_table's partition), in turn twice.
 # highest: 4. ragged (8 packed prompts: one segment; one prompt of 13,700 rows: seven; the
 #   4000- and 3100-row prompts one by one: two each); 5. "highest" with bfloat16 activations:
 #   chunk_sweep at R=4096, the table (64-row chunks, two kernels, eight segments) against one
