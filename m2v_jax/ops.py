@@ -82,8 +82,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
     ValueError / TypeError: as `verify` (any R); `chunked=True` or a ragged R > capacity on a
       geometry the pallas chunked scan does not take (`chunk_scan.supported`); a ragged
       prefill with `chunked=False`, or with device `num_rows` on the reference backend;
-      `chunk_tiles` whose chunk is below K-1 (or 16, compiled), or whose `scratch_mb` does
-      not hold one chunk's scratch.
+      `chunk_tiles` whose chunk is below K-1 (or 16, compiled), or whose `scratch_mb` no
+      count of segments meets (at least a chunk per sequence; the error names the least).
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, num_rows = checks.call(
@@ -133,7 +133,7 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
   Raises:
     ValueError / TypeError: as `verify`; host offsets not starting at 0, an empty prompt,
       offsets past T; a geometry the compiled chunked scan does not take; `chunk_tiles`
-      whose `scratch_mb` does not hold one chunk's scratch.
+      whose `scratch_mb` no count of segments meets (the error names the least).
   """
   backend = config_lib.resolve_backend(backend)
   cu, state_row, cache_indices = checks.packed(cfg, params, state, xbc, dt, cu_seqlens,
