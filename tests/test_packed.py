@@ -301,7 +301,8 @@ def test_packed_reference_needs_host_offsets():
 
 def test_packed_mixer_and_sharding():
   """`layer.mixer` with `cu_seqlens` equals each prompt's own mixer prefill; `sharding.sharded`
-  of `prefill_packed` with heads over 2 devices equals one device bitwise (y and state)."""
+  of `prefill_packed` with heads over 2 devices, each scanning its heads in three segments,
+  equals one device's one scan bitwise (y and state)."""
   ssm = small_cfg(headdim=16)
   cfg = m.MixerConfig(ssm=ssm, d_model=32)
   p = m.layer.random_mixer_params(cfg, 4)
@@ -333,8 +334,12 @@ def test_packed_mixer_and_sharding():
   state = random_state(ssm, 3, rng=rng)
   ptp, stp, xtp = m.sharding.to_tp_layout(ssm, 2, params=params, state=clone(state), xbc=xbc)
   ptp, stp = m.sharding.put(mesh, head_axis="tp", params=ptp, state=stp)
+  local = dispatch.chunk_plan(ssm.replace(nheads=ssm.nheads // 2), "interpret", state,
+                             xbc.shape[0], 3, xbc.dtype, False, xbc.shape[0], TILES)
+  cut = dataclasses.replace(TILES, scratch_mb=(local.scratch_at(3) + 3) / 3e6)
+  assert dataclasses.replace(local, tiles=cut).segment_count == 3     # each device's heads
   step = jax.jit(m.sharding.sharded(m.prefill_packed, mesh, ssm, head_axis="tp",
-                                    backend="interpret", chunk_tiles=TILES), donate_argnums=1)
+                                    backend="interpret", chunk_tiles=cut), donate_argnums=1)
   y2, stp = step(ptp, stp, xtp, dt, jnp.asarray(cu), jnp.zeros(3, jnp.int32))
   y1, one = m.prefill_packed(ssm, params, state, xbc, dt, cu, backend="interpret",
                              chunk_tiles=TILES)
