@@ -149,6 +149,7 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
   assert np.asarray(t.carry_out).tolist() == [[1, 1, 0], [0, 0, 0]]
   body = np.asarray(t.body)
   assert body.sum() == 64 and np.all(np.flatnonzero(body) < p.body_slots)
+  assert plan(4096, 2, dataclasses.replace(tiles, scratch_mb=1.13)).scratch_budget == 2_260_000
   small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=10))
   with pytest.raises(ValueError, match=r"scratch_mb=10: a chunk's scratch .* 11\.60 MB"):
     small.segments

@@ -311,7 +311,8 @@ def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
   gap = span - n
   nb, ng = (rb + L - 1) // L, (gap + L - 1) // L
   j1 = jnp.arange(nseg + 1, dtype=i32)[:, None]
-  lo = jnp.where(nb >= nseg, j1 * nb // nseg, jnp.minimum(nb, j1))   # [nseg+1, S1] part starts
+  even = j1 * (nb // nseg) + j1 * (nb % nseg) // nseg                 # j nb // nseg, in int32
+  lo = jnp.where(nb >= nseg, even, jnp.minimum(nb, j1))             # [nseg+1, S1] part starts
   part = lo[1:] - lo[:-1]                                           # [nseg, S1]
   fills = jnp.zeros((nseg, S1), i32).at[nseg - 1].set(ng)
   sizes = jnp.concatenate([part, fills], axis=1)                    # [nseg, 2 S1]
