@@ -1,0 +1,46 @@
+#!/bin/bash
+# Session 29: `TileConfig.launches=1`, a verify call (0 < R <= capacity) as one launch whose
+# conv programs precede each sequence's SSM programs (they load their state, then wait on a
+# per-sequence counter). Two device calls of ~6-8 minutes, from the repository root:
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session29_one_launch.sh call1
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session29_one_launch.sh call2
+# call1: the compiled one-launch tests (bitwise against two launches); the loop suite with the
+#   compact variants launches=1 at block_p 64 and 32 timed interleaved beside the table's two
+#   launches; ncu of the compact one launch at B=32.
+# call2: the loop suite on a copy of the package whose table says launches=1 (snapshot, compact
+#   and W=32 in one launch), then the loop suite of the tree as it is, in turn; ncu of the
+#   snapshot one launch at B=32.
+set -u
+O=${OUT:-/tmp/out}; mkdir -p $O
+export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
+M=gpu__time_duration.sum,sm__inst_executed.sum,launch__registers_per_thread,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio
+loop() {  # loop NAME SECONDS ARGS...: the loop suite, its table rows kept
+  local n=$1 s=$2; shift 2
+  echo "=== $n $(date -u +%T)"
+  timeout -k 5 $s python3 benchmarks/bench.py --suites=loop --batches=1,8,32,128 --windows=32 \
+    --vary_batches= "$@" --out=$O/$n.json 2>&1 | grep -E "^\||Error|error" | tee $O/$n.txt
+}
+ncu_one() {  # ncu_one MODE: the one launch of the call after the warm-up, B=32
+  echo "=== ncu $1 $(date -u +%T)"
+  timeout -k 5 100 ncu --clock-control none --kernel-name regex:m2v_verify --launch-skip 1 \
+    --launch-count 1 --metrics $M python3 tools/profile_call.py --mode=$1 --batch=32 --calls=1 \
+    --tiles=64:4:64:launches=1 2>&1 | grep -E "m2v_|  [a-z_]+__" | sed 's/  */ /g' \
+    | tee $O/ncu_$1.txt
+}
+case ${1:-} in
+  call1)
+    echo "=== tests $(date -u +%T)"
+    timeout -k 5 150 python3 -m pytest -q -m gpu tests/test_compact.py -k one_launch 2>&1 \
+      | tail -5 | tee $O/tests.txt
+    loop loop_variants 260 --loop_tiles=64:4:64:launches=1,32:4:64:launches=1
+    ncu_one compact ;;
+  call2)
+    B1=/tmp/m2v_one_launch; rm -rf $B1; mkdir -p $B1 && cp -r m2v_jax $B1/ \
+      && sed -i 's/^  launches: int = 2$/  launches: int = 1/' $B1/m2v_jax/kernels/tiles.py \
+      && grep -q 'launches: int = 1' $B1/m2v_jax/kernels/tiles.py || exit 1
+    PYTHONPATH=$B1:$PWD loop loop_one 150
+    loop loop_two 150
+    ncu_one snapshot ;;
+  *) echo "usage: $0 call1|call2"; exit 2 ;;
+esac
+echo "=== done $(date -u +%T)"
