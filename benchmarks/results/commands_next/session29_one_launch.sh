@@ -9,7 +9,8 @@
 #   launches; ncu of the compact one launch at B=32.
 # call2: the loop suite on a copy of the package whose table says launches=1 (snapshot, compact
 #   and W=32 in one launch), then the loop suite of the tree as it is, in turn; ncu of the
-#   snapshot one launch at B=32.
+#   snapshot one launch at B=32; between them, the loop suite (B=8-128, default window) on a
+#   copy with bf16_truncated_parts.patch (the state's bf16 parts by truncation: no F2F).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -38,8 +39,12 @@ case ${1:-} in
     B1=/tmp/m2v_one_launch; rm -rf $B1; mkdir -p $B1 && cp -r m2v_jax $B1/ \
       && sed -i 's/^  launches: int = 2$/  launches: int = 1/' $B1/m2v_jax/kernels/tiles.py \
       && grep -q 'launches: int = 1' $B1/m2v_jax/kernels/tiles.py || exit 1
+    B2=/tmp/m2v_truncated; rm -rf $B2; mkdir -p $B2 && cp -r m2v_jax $B2/ \
+      && (cd $B2 && patch -s -p1 < $OLDPWD/benchmarks/results/commands_next/bf16_truncated_parts.patch) \
+      || exit 1
     PYTHONPATH=$B1:$PWD loop loop_one 150
     loop loop_two 150
+    PYTHONPATH=$B2:$PWD loop loop_truncated 120 --batches=8,32,128 --windows=
     ncu_one snapshot ;;
   *) echo "usage: $0 call1|call2"; exit 2 ;;
 esac
