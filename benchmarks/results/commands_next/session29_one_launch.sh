@@ -7,10 +7,9 @@
 # call1: the compiled one-launch tests (bitwise against two launches); the loop suite with the
 #   compact variants launches=1 at block_p 64 and 32 timed interleaved beside the table's two
 #   launches; ncu of the compact one launch at B=32.
-# call2: the loop suite on a copy of the package whose table says launches=1 (snapshot, compact
-#   and W=32 in one launch), then the loop suite of the tree as it is, in turn; ncu of the
-#   snapshot one launch at B=32; between them, the loop suite (B=8-128, default window) on a
-#   copy with bf16_truncated_parts.patch (the state's bf16 parts by truncation: no F2F).
+# call2 (rewritten after call 1 measured the one launch slower): the loop suite (B=8-128, the
+#   default window) of the tree and of a copy with bf16_truncated_parts.patch (the state's
+#   bf16 parts by truncation: no F2F), in turn twice; ncu of the patched compact SSM kernel.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -36,16 +35,18 @@ case ${1:-} in
     loop loop_variants 260 --loop_tiles=64:4:64:launches=1,32:4:64:launches=1
     ncu_one compact ;;
   call2)
-    B1=/tmp/m2v_one_launch; rm -rf $B1; mkdir -p $B1 && cp -r m2v_jax $B1/ \
-      && sed -i 's/^  launches: int = 2$/  launches: int = 1/' $B1/m2v_jax/kernels/tiles.py \
-      && grep -q 'launches: int = 1' $B1/m2v_jax/kernels/tiles.py || exit 1
     B2=/tmp/m2v_truncated; rm -rf $B2; mkdir -p $B2 && cp -r m2v_jax $B2/ \
       && (cd $B2 && patch -s -p1 < $OLDPWD/benchmarks/results/commands_next/bf16_truncated_parts.patch) \
       || exit 1
-    PYTHONPATH=$B1:$PWD loop loop_one 150
-    loop loop_two 150
-    PYTHONPATH=$B2:$PWD loop loop_truncated 120 --batches=8,32,128 --windows=
-    ncu_one snapshot ;;
+    for i in 1 2; do
+      loop loop_tree_$i 110 --batches=8,32,128 --windows=
+      PYTHONPATH=$B2:$PWD loop loop_truncated_$i 110 --batches=8,32,128 --windows=
+    done
+    echo "=== ncu truncated $(date -u +%T)"
+    PYTHONPATH=$B2:$PWD timeout -k 5 100 ncu --clock-control none --kernel-name regex:m2v_ssm \
+      --launch-skip 1 --launch-count 1 --metrics $M python3 tools/profile_call.py --mode=compact \
+      --batch=32 --calls=1 2>&1 | grep -E "m2v_|  [a-z_]+__" | sed 's/  */ /g' \
+      | tee $O/ncu_truncated.txt ;;
   *) echo "usage: $0 call1|call2"; exit 2 ;;
 esac
 echo "=== done $(date -u +%T)"
