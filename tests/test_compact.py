@@ -259,41 +259,6 @@ class CompactChecks:
     assert_close(out["compact", "variant"][0], out["compact", "default"][0], 1e-6, "y")
     assert_close(out["compact", "variant"][1], out["compact", "default"][1], 1e-6, "state")
 
-  @pytest.mark.parametrize("mode,window,z", [("snapshot", 0, False), ("compact", 0, True),
-                                             ("compact", 32, False)])
-  def test_one_launch_equals_two(self, mode, window, z):
-    """`TileConfig.launches=1` (conv and SSM programs in one launch) gives bitwise the y and
-    every state leaf of two launches, over calls with padding, a rejected `state_row`, an
-    entry two sequences share (rejected in the launch), short rows and a gate."""
-    import dataclasses
-    cfg = small_cfg(mode=mode, dstate=64, **(dict(window=window) if window else {}))
-    base = m.tile_config(cfg)
-    tiles = {n: dataclasses.replace(base, launches=n) for n in (1, 2)}
-    p = m.random_params(cfg, 3)
-    call = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5, 6))
-    B, E = 4, 5
-    steps = [([0, 1, 2, 3], [0, 0, 0, 0], [8, 8, 5, 8]),
-             ([3, -1, 1, 0], [4, 0, 9, 2], [8, 1, 8, 6]),     # padding, a rejected row
-             ([0, 2, 2, 1], [1, 3, 0, 7], [7, 8, 8, 8]),      # entry 2 twice: both rejected
-             ([4, 0, 3, 1], [0, 2, 1, 3], [8, 8, 8, 4])]
-    out = {}
-    for n, t in tiles.items():
-      state = m.init_state(cfg, E, jnp.float32)
-      ys = []
-      for k, (ci, row, nr) in enumerate(steps):
-        data = inputs(cfg, B, cfg.capacity, rng=np.random.default_rng(90 + k), z=z)
-        args = status.call_args(data[0], data[1], jnp.asarray(row, jnp.int32),
-                                data[2] if z else None, jnp.asarray(ci, jnp.int32),
-                                jnp.asarray(nr, jnp.int32))
-        y, state = call(cfg, self.backend, p, state, args, t, False)
-        ys.append(y)
-      out[n] = ys, state
-    for k, (y1, y2) in enumerate(zip(out[1][0], out[2][0])):
-      assert_bitwise(y1, y2, f"y of call {k}")
-    assert np.isnan(np.asarray(out[1][0][1][2])).all()           # the rejected row
-    for name, a, b in zip(type(out[1][1])._fields, out[1][1], out[2][1]):
-      assert_bitwise(a, b, name)
-
   def test_modes_agree_under_user_jit(self):
     """A jitted step that closes over the params: the modes' y and committed states agree
     bitwise (XLA may fold what it sees as constants, differently from the runtime)."""

@@ -46,22 +46,6 @@ def test_verify_plans_lower_to_triton(mode, R, z):
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-@pytest.mark.parametrize("R,launches", [(8, 1), (1, 1), (37, 2)])
-def test_one_launch_lowers_to_one_triton_call(mode, R, launches):
-  """`TileConfig.launches=1`: a call of R <= capacity rows is one Triton launch that aliases
-  every state leaf and its counters; a longer call keeps two launches."""
-  import dataclasses
-  cfg = m.BOLT.replace(replay_mode=mode)
-  tiles = dataclasses.replace(m.tile_config(cfg, 2), launches=1)
-  text = backend.lower_for_cuda(
-      lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles),
-      *dispatch.abstract_call_args(cfg, 2, R), donate_argnums=(1,))
-  assert text.count("__gpu$xla.gpu.triton") == launches
-  leaves = 2 if mode == "snapshot" else 8
-  assert text.count("output_operand_alias<") == leaves + (launches == 1)
-
-
-@pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_device_entries_checked_in_the_conv_launch(mode):
   """With pool entries known only on the device (a serving loop's jitted step), a verify call
   is its two launches and nothing else: the conv launch rejects shared entries itself. (Odd B:

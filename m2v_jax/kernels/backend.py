@@ -97,25 +97,6 @@ def barrier(interpret: bool) -> None:
     plt.debug_barrier()
 
 
-def arrive(ref, idx, interpret: bool) -> None:
-  """Counts a program in at int32 `ref[idx]`: a barrier, so that every store of its threads
-  comes first, then one atomic add (acquire-release, GPU scope)."""
-  barrier(interpret)
-  plt.atomic_add(ref, idx, jnp.int32(1))
-
-
-def wait_count(ref, idx, count: int, interpret: bool) -> None:
-  """Waits until int32 `ref[idx]` reaches `count` (atomic reads, acquire-release, GPU scope),
-  then a barrier, so that every load of the program's threads comes after it. Only programs
-  that never wait may be awaited (those launched earlier in the grid's order). Interpreted,
-  the programs run one by one in that order, so there is nothing to wait for."""
-  if interpret:
-    return
-  read = lambda _: plt.atomic_add(ref, idx, jnp.int32(0))
-  lax.while_loop(lambda v: v < count, read, read(None))
-  barrier(interpret)
-
-
 def static_loop(n: int, body, interpret: bool) -> None:
   """`body(i)` for i < n: unrolled where compiled (static indices), a `fori_loop` interpreted,
   where an unrolled loop makes XLA:CPU compile each copy."""

@@ -43,12 +43,9 @@ class TileConfig:
     n_cols: columns of the state's chunks (at most N).
     block_c: conv channels per conv program.
     prep_warps: warps per conv program.
-    launches: 2 runs a verify call (0 < R <= capacity) as a conv launch then an SSM launch;
-      1 as one launch whose conv programs precede each sequence's SSM programs, which load
-      their state and wait for them (`verify.one_launch`): the same results, bitwise.
 
   Raises:
-    ValueError: a size that is not a power of two, num_stages below 1, launches not 1 or 2.
+    ValueError: a size that is not a power of two, num_stages below 1.
   """
 
   block_p: int
@@ -57,14 +54,11 @@ class TileConfig:
   n_cols: int = 64
   block_c: int = 128
   prep_warps: int = 4
-  launches: int = 2
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
-    if self.launches not in (1, 2):
-      raise ValueError(f"TileConfig.launches: expected 1 or 2, got {self.launches}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

@@ -49,10 +49,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
                  xbc_ref=None, dt_ref=None, w_ref, bias_ref, dtb_ref, conv_ref, last_ref=None,
                  wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None, wxb_out_ref=None,
                  wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref, prev_starts_ref=None,
-                 prev_origin_ref=None, plan, pids=None):
+                 prev_origin_ref=None, plan):
   """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does dt.
-
-  `pids` = (channel block, sequence) where another launch runs this program (else the grid's).
 
   Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
@@ -74,7 +72,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
   n_xb_blocks = (cfg.d_inner + cfg.ngroups * cfg.dstate) // BC
   triton = not plan.interpret
 
-  pid, b = pids or (pl.program_id(0), pl.program_id(1))
+  pid, b = pl.program_id(0), pl.program_id(1)
   e, row, n, valid, n_fold, pending, starts = load_status(plan, b, idx_ref, row_ref, n_ref,
                                                           pend_ref, starts_ref)
   if plan.compact:
@@ -219,46 +217,35 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
           for j in range(K1)]
 
 
-def programs(plan) -> int:
-  """Conv programs per sequence: the channel blocks and the dt program."""
-  return plan.cfg.conv_dim // plan.block_c + 1
-
-
-def refs(plan, params, state, args):
-  """(inputs, outputs, aliases) of the conv programs, by ref name (`backend.pallas_call`)."""
+def conv(plan, params, state, args):
+  """Runs the conv launch of `plan` on `args` (`status.CallArgs`); returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
   compact, B = plan.compact, plan.B
   i32 = jnp.int32
-  return (
-      dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
-           pend_ref=state.pending if compact else None,
-           starts_ref=state.starts if compact else None,
-           origin_ref=state.origin if compact else None,
-           xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
-           w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
-           conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
-           wxb_ref=state.win_xb if compact else None,
-           wdt_ref=state.win_dt if compact else None),
-      dict(conv_out_ref=sds(state.conv.shape, plan.conv_dtype),
-            last_out_ref=sds(state.last_xbc.shape, state.last_xbc.dtype) if compact else None,
-            wxb_out_ref=sds(state.win_xb.shape, state.win_xb.dtype) if compact else None,
-            wdt_out_ref=sds(state.win_dt.shape, f32) if compact else None,
-            xr_ref=sds((B, plan.RT, C), plan.y_dtype) if plan.R else None,
-            dtr_ref=sds((B, plan.RT, H), f32) if plan.R else None,
-            fold_ref=sds((B,), i32),
-            prev_starts_ref=sds((B,), i32) if compact else None,
-            prev_origin_ref=sds((B,), i32) if compact else None),
-      dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",
-           wdt_ref="wdt_out_ref"))
-
-
-def conv(plan, params, state, args):
-  """Runs the conv launch of `plan` on `args` (`status.CallArgs`); returns its outputs by name."""
-  inputs, outputs, aliases = refs(plan, params, state, args)
   return backend.pallas_call(
-      lambda **r: _conv_kernel(**r, plan=plan), inputs=inputs, outputs=outputs,
-      aliases=aliases, grid=(programs(plan), plan.B),
+      lambda **refs: _conv_kernel(**refs, plan=plan),
+      inputs=dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
+                  pend_ref=state.pending if compact else None,
+                  starts_ref=state.starts if compact else None,
+                  origin_ref=state.origin if compact else None,
+                  xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
+                  w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
+                  conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
+                  wxb_ref=state.win_xb if compact else None,
+                  wdt_ref=state.win_dt if compact else None),
+      outputs=dict(conv_out_ref=sds(state.conv.shape, plan.conv_dtype),
+                   last_out_ref=sds(state.last_xbc.shape, state.last_xbc.dtype) if compact else None,
+                   wxb_out_ref=sds(state.win_xb.shape, state.win_xb.dtype) if compact else None,
+                   wdt_out_ref=sds(state.win_dt.shape, f32) if compact else None,
+                   xr_ref=sds((B, plan.RT, C), plan.y_dtype) if plan.R else None,
+                   dtr_ref=sds((B, plan.RT, H), f32) if plan.R else None,
+                   fold_ref=sds((B,), i32),
+                   prev_starts_ref=sds((B,), i32) if compact else None,
+                   prev_origin_ref=sds((B,), i32) if compact else None),
+      aliases=dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",
+                   wdt_ref="wdt_out_ref"),
+      grid=(C // plan.block_c + 1, B),
       num_warps=plan.tiles.prep_warps, num_stages=1, interpret=plan.interpret,
-      name=f"m2v_conv_{plan.cfg.replay_mode}_r{plan.R}")
+      name=f"m2v_conv_{cfg.replay_mode}_r{plan.R}")

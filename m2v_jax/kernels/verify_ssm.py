@@ -23,12 +23,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
                 prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
                 origin_ref=None, ssm_out_ref, pend_out_ref=None, starts_out_ref=None,
-                origin_out_ref=None, y_ref=None, plan, pids=None, ready=None):
+                origin_out_ref=None, y_ref=None, plan):
   """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
-
-  In one launch with the conv programs (`verify.one_launch`), `pids` = (P tile, head,
-  sequence) and `ready(b)` waits until sequence b's conv programs are done: the program loads
-  its state, waits, then reads what they wrote.
 
   Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
@@ -52,24 +48,15 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
   fma = backend.fma(plan.interpret)
   triton = not plan.interpret
 
-  pid_p, h, b = pids or (pl.program_id(0), pl.program_id(1), pl.program_id(2))
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   entry = idx_ref[b]
   e = status.safe_entry(entry, plan.E)
-  ps = pl.ds(pid_p * BP, BP)
-
-  def load_state(slot):
-    return [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
-
-  if ready is not None:
-    # The state's address needs no conv output: its load goes out before the wait (a rejected
-    # sequence's is discarded).
-    early = load_state(() if plan.compact else (jnp.clip(row_ref[b], 0, cap - 1),))
-    ready(b)
   n_fold = fold_ref[b]
   valid, pad, n_fold = n_fold >= 0, entry == -1, jnp.maximum(n_fold, 0)
   n = jnp.clip(n_ref[b], 0, R)
   g = h // cfg.heads_per_group
   A, D = -jnp.exp(alog_ref[h]), d_ref[h]
+  ps = pl.ds(pid_p * BP, BP)
   xcols = pl.ds(h * P + pid_p * BP, BP)
   bcols = [pl.ds(HP + g * N + c.start, NC) for c in chunks]
   kt = lax.broadcasted_iota(jnp.int32, (KT,), 0)
@@ -140,7 +127,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     L = min(R, cap)
     # The kept segment's rows do not depend on the state: their loads go out first.
     kept = segment_tiles(body, L) if R and not body else None
-    S = early if ready is not None else load_state(() if plan.compact else (row_ref[b],))
+    slot = () if plan.compact else (row_ref[b],)
+    S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
       last = jnp.maximum(n_fold - 1, 0)
@@ -204,45 +192,34 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       lax.fori_loop(0, R, fill_row, 0)
 
 
-def refs(plan, params, state, prepped, args):
-  """(inputs, outputs, aliases) of the SSM programs, by ref name (`backend.pallas_call`);
-  `prepped` maps the conv programs' outputs by name."""
-  cfg = plan.cfg
-  sds = jax.ShapeDtypeStruct
-  compact = plan.compact
-  i32 = jnp.int32
-  return (
-      dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
-           fold_ref=prepped["fold_ref"], prev_starts_ref=prepped.get("prev_starts_ref"),
-           prev_origin_ref=prepped.get("prev_origin_ref"),
-           xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
-           z_ref=args.z if plan.has_z else None, alog_ref=params.A_log, d_ref=params.D,
-           ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
-           wdt_ref=prepped.get("wdt_out_ref"),
-           pend_ref=state.pending if compact else None,
-           starts_ref=state.starts if compact else None,
-           origin_ref=state.origin if compact else None),
-      dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype),
-           pend_out_ref=sds((plan.E,), i32) if compact else None,
-           starts_out_ref=sds((plan.E,), i32) if compact else None,
-           origin_out_ref=sds((plan.E,), i32) if compact else None,
-           y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
-      dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref", starts_ref="starts_out_ref",
-           origin_ref="origin_out_ref"))
-
-
-def programs(plan) -> int:
-  """SSM programs per sequence: P tiles times heads."""
-  return plan.cfg.headdim // plan.block_p * plan.cfg.nheads
-
-
 def ssm(plan, params, state, prepped, args):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs;
   returns its outputs by name."""
-  inputs, outputs, aliases = refs(plan, params, state, prepped, args)
+  cfg = plan.cfg
+  H, P = cfg.nheads, cfg.headdim
+  sds = jax.ShapeDtypeStruct
+  compact = plan.compact
+  i32 = jnp.int32
   return backend.pallas_call(
-      lambda **r: _ssm_kernel(**r, plan=plan), inputs=inputs, outputs=outputs,
-      aliases=aliases,
-      grid=(plan.cfg.headdim // plan.block_p, plan.cfg.nheads, plan.B),  # a sequence's heads in turn
+      lambda **refs: _ssm_kernel(**refs, plan=plan),
+      inputs=dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
+                  fold_ref=prepped["fold_ref"], prev_starts_ref=prepped.get("prev_starts_ref"),
+                  prev_origin_ref=prepped.get("prev_origin_ref"),
+                  xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
+                  z_ref=args.z if plan.has_z else None, alog_ref=params.A_log, d_ref=params.D,
+                  ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
+                  wdt_ref=prepped.get("wdt_out_ref"),
+                  pend_ref=state.pending if compact else None,
+                  starts_ref=state.starts if compact else None,
+                  origin_ref=state.origin if compact else None),
+      outputs=dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype),
+                   pend_out_ref=sds((plan.E,), i32) if compact else None,
+                   starts_out_ref=sds((plan.E,), i32) if compact else None,
+                   origin_out_ref=sds((plan.E,), i32) if compact else None,
+                   y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
+      aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
+                   starts_ref="starts_out_ref", origin_ref="origin_out_ref"),
+      grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
-      interpret=plan.interpret, name=f"m2v_ssm_{plan.cfg.replay_mode}_r{plan.R}")
+      interpret=plan.interpret,
+      name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
