@@ -52,6 +52,13 @@ case ${1:-} in
     bench 150 segments_sweep_f32 --suites=chunk_sweep --dtype=float32 \
       --chunk_variants=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0
     bench 120 prefill --suites=prefill --prefill_cases=chunked --lengths=37,512,4096 ;;
+  short)  # scratch's bf16 stages only, for a call with ~400 s of device time left
+    echo "=== memory $(date -u +%T)"
+    timeout -k 5 150 python3 tools/prefill_memory.py --dtypes=bfloat16 \
+      --out=$O/memory_bf16.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
+    bench 150 segments_sweep_bf16 --suites=chunk_sweep \
+      --chunk_variants=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0
+    bench 90 prefill --suites=prefill --prefill_cases=chunked --lengths=37,512,4096 ;;
   b2)
     B0=/tmp/m2v_sequence_major; rm -rf $B0; mkdir -p $B0 && cp -r m2v_jax $B0/ \
       && (cd $B0 && patch -s -p1 < $OLDPWD/$D/segments_sequence_major.patch)
@@ -75,6 +82,6 @@ case ${1:-} in
           --prefill_precision=highest --lengths=512,4096
       done
     done ;;
-  *) echo "usage: $0 scratch|b2|highest"; exit 2 ;;
+  *) echo "usage: $0 scratch|short|b2|highest"; exit 2 ;;
 esac
 echo "=== done $(date -u +%T)"
