@@ -9,7 +9,8 @@
 #   launches; ncu of the compact one launch at B=32.
 # call2 (rewritten after call 1 measured the one launch slower): the loop suite (B=8-128, the
 #   default window) of the tree and of a copy with bf16_truncated_parts.patch (the state's
-#   bf16 parts by truncation: no F2F), in turn twice; ncu of the patched compact SSM kernel.
+#   bf16 parts by truncation: no F2F), in turn twice; ncu of the patched compact SSM kernel;
+#   the patched copy's GPU canaries and Bolt bitwise/bound tests.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -46,7 +47,11 @@ case ${1:-} in
     PYTHONPATH=$B2:$PWD timeout -k 5 100 ncu --clock-control none --kernel-name regex:m2v_ssm \
       --launch-skip 1 --launch-count 1 --metrics $M python3 tools/profile_call.py --mode=compact \
       --batch=32 --calls=1 2>&1 | grep -E "m2v_|  [a-z_]+__" | sed 's/  */ /g' \
-      | tee $O/ncu_truncated.txt ;;
+      | tee $O/ncu_truncated.txt
+    echo "=== tests truncated $(date -u +%T)"
+    PYTHONPATH=$B2:$PWD timeout -k 5 150 python3 -m pytest -q -m gpu tests/test_gpu.py \
+      -k "canary or bitwise or float32_bound or one_call" 2>&1 | tail -4 \
+      | tee $O/tests_truncated.txt ;;
   *) echo "usage: $0 call1|call2"; exit 2 ;;
 esac
 echo "=== done $(date -u +%T)"
