@@ -21,7 +21,7 @@ def test_bf16_parts_are_exact_and_their_products_float32_accurate():
   from m2v_jax.kernels import backend
   rng = np.random.default_rng(0)
   v = (rng.normal(size=200_000) * np.exp(rng.uniform(-60, 80, 200_000))).astype(np.float32)
-  v = v[(np.abs(v) >= 1e-31) & (np.abs(v) < 3.39e38)]
+  v = v[np.abs(v) >= 1e-31]
   parts = backend._bf16_parts(jnp.asarray(v))
   lo, mid, hi = (q.astype(jnp.float32) for q in parts)
   total = (hi + mid) + lo

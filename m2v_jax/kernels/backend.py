@@ -236,15 +236,21 @@ _BF16_PARTS_UNUSED = {jnp.dtype(jnp.float32): 0, jnp.dtype(jnp.float16): 1,
 
 
 def _bf16_parts(v):
-  """Three bfloat16 parts of float32 v, smallest first, each the remainder of v less the
-  larger ones, rounded to nearest: together they hold all of v's 24 significant bits for
-  1e-31 <= |v| < 3.39e38 (below, the smallest part loses bits to bf16's subnormals; above,
-  the largest rounds to inf)."""
-  hi = v.astype(jnp.bfloat16)
-  r1 = v - hi.astype(jnp.float32)
-  mid = r1.astype(jnp.bfloat16)
-  lo = (r1 - mid.astype(jnp.float32)).astype(jnp.bfloat16)
-  return lo, mid, hi
+  """Three bfloat16 parts of float32 v, smallest first: each the upper 16 bits of v less the
+  larger parts (truncation, so each remainder is exact and no conversion rounds): together
+  they hold all of v's 24 significant bits for |v| >= 1e-31 (below, the smallest part loses
+  bits to bf16's subnormals)."""
+  u32 = jnp.uint32
+
+  def top(w):                          # w's upper 16 bits, as bfloat16 and as float32
+    u = lax.bitcast_convert_type(w, u32)
+    return (lax.bitcast_convert_type((u >> 16).astype(jnp.uint16), jnp.bfloat16),
+            lax.bitcast_convert_type(u & u32(0xFFFF0000), jnp.float32))
+
+  hi, hi32 = top(v)
+  rest = v - hi32
+  mid, mid32 = top(rest)
+  return top(rest - mid32)[0], mid, hi
 
 
 def _tf32_parts(v):
