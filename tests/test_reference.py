@@ -26,6 +26,13 @@ def test_bf16_parts_are_exact_and_their_products_float32_accurate():
   lo, mid, hi = (q.astype(jnp.float32) for q in parts)
   total = (hi + mid) + lo
   assert_bitwise(total, v, "three bf16 parts")
+  assert np.all(np.abs(np.asarray(lo)) <= np.abs(np.asarray(mid)))      # smallest first
+  assert np.all(np.abs(np.asarray(mid)) <= np.abs(np.asarray(hi)))
+  # A state held in 16 bits drops the small parts (`_BF16_PARTS_UNUSED`): they must be +0.
+  for held, unused in ((jnp.bfloat16, 2), (jnp.float16, 1)):
+    w = jnp.asarray(v[np.abs(v) < 6e4]).astype(held).astype(jnp.float32)
+    for q in backend._bf16_parts(w)[:unused]:
+      assert not np.any(np.asarray(jax.lax.bitcast_convert_type(q, jnp.uint16))), held
   mm = backend.Products(exact_rows=True, tensor_cores=True, bf16_rows=True)
   bf = lambda a: np.asarray(jnp.asarray(a, jnp.bfloat16).astype(jnp.float32))
   s = rng.normal(size=(64, 128)).astype(np.float32)
