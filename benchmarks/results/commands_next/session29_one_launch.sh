@@ -6,7 +6,8 @@
 #   OUT=/tmp/out bash benchmarks/results/commands_next/session29_one_launch.sh call2
 # call1: the compiled one-launch tests (bitwise against two launches); the loop suite with the
 #   compact variants launches=1 at block_p 64 and 32 timed interleaved beside the table's two
-#   launches; ncu of the compact one launch at B=32.
+#   launches; ncu of the compact one launch at B=32. It ran at 494e749: `launches` was
+#   reverted after it, so call1 needs `benchmarks/results/patches/one_launch.patch` applied.
 # call2 (rewritten after call 1 measured the one launch slower): the loop suite (B=8-128, the
 #   default window) of the tree and of a copy with bf16_truncated_parts.patch (the state's
 #   bf16 parts by truncation: no F2F), in turn twice; ncu of the patched compact SSM kernel;
