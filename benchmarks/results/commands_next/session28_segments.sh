@@ -36,29 +36,27 @@ bench() {  # bench SECONDS NAME ARGS...: one bench.py run, its table rows kept
   timeout -k 5 $s python3 benchmarks/bench.py "$@" --out=$O/$n.json 2>&1 \
     | grep -E "^\||Error|error" | tee $O/$n.txt
 }
+bf16_stages() {  # bf16_stages SECONDS: XLA's bytes, one scan against segments, the prefill suite
+  echo "=== memory $(date -u +%T)"
+  timeout -k 5 150 python3 tools/prefill_memory.py --dtypes=bfloat16 \
+    --out=$O/memory_bf16.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
+  # The table's entry with scratch_mb=0 (one scan).
+  bench 150 segments_sweep_bf16 --suites=chunk_sweep \
+    --chunk_variants=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0
+  bench $1 prefill --suites=prefill --prefill_cases=chunked --lengths=37,512,4096
+}
 case ${1:-} in
   scratch)
-    echo "=== memory $(date -u +%T)"
-    timeout -k 5 150 python3 tools/prefill_memory.py --dtypes=bfloat16 \
-      --out=$O/memory_bf16.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
+    bf16_stages 120
     timeout -k 5 90 python3 tools/prefill_memory.py --dtypes=float32 --lengths=4096 --packed= \
       --out=$O/memory_f32.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_f32.txt
     # 19 segments: the compile time as launches grow with the rows.
     timeout -k 5 120 python3 tools/prefill_memory.py --dtypes=bfloat16 --lengths=32768 \
       --packed= --out=$O/memory_32k.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_32k.txt
-    # The tables' entries with scratch_mb=0 (one scan).
-    bench 150 segments_sweep_bf16 --suites=chunk_sweep \
-      --chunk_variants=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0
     bench 150 segments_sweep_f32 --suites=chunk_sweep --dtype=float32 \
-      --chunk_variants=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0
-    bench 120 prefill --suites=prefill --prefill_cases=chunked --lengths=37,512,4096 ;;
+      --chunk_variants=64:16:4:1:64:4:16:2:4:1:1:32:256:4:64:0:0 ;;
   short)  # scratch's bf16 stages only, for a call with ~400 s of device time left
-    echo "=== memory $(date -u +%T)"
-    timeout -k 5 150 python3 tools/prefill_memory.py --dtypes=bfloat16 \
-      --out=$O/memory_bf16.json 2>&1 | grep -E "^\{|Error" | tee $O/memory_bf16.txt
-    bench 150 segments_sweep_bf16 --suites=chunk_sweep \
-      --chunk_variants=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1:0
-    bench 90 prefill --suites=prefill --prefill_cases=chunked --lengths=37,512,4096 ;;
+    bf16_stages 90 ;;
   b2)
     B0=/tmp/m2v_sequence_major; rm -rf $B0; mkdir -p $B0 && cp -r m2v_jax $B0/ \
       && (cd $B0 && patch -s -p1 < $OLDPWD/$D/segments_sequence_major.patch)
