@@ -9,6 +9,7 @@ XLA, so read the result as a close proxy: it showed the layout conversions, the 
 the register spills discussed in BENCHMARKS.md.
 
     python tools/sass.py --mode=compact --rows=8 --out=/tmp/sass
+    python tools/sass.py --mode=compact --batch=32 --window=32 --out=/tmp/sass_w32
     python tools/sass.py --mode=snapshot --rows=4096 --chunked --out=/tmp/sass
     python tools/sass.py --mode=snapshot --rows=2048 --chunked --precision=highest
 """
@@ -35,6 +36,7 @@ def _define_flags():
   flags.DEFINE_enum("mode", "compact", ["snapshot", "compact"], "replay mode")
   flags.DEFINE_integer("rows", 8, "rows R of the call")
   flags.DEFINE_integer("batch", 1, "sequences B of the call")
+  flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
   flags.DEFINE_bool("chunked", False, "a chunked prefill call (R > capacity)")
   flags.DEFINE_string("out", "/tmp/m2v_sass", "output directory")
   flags.DEFINE_enum("precision", None, list(config_lib.PREFILL_PRECISIONS),
@@ -82,7 +84,8 @@ def histogram(sass: str) -> collections.Counter:
 
 def main(argv):
   del argv
-  cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode, prefill_precision=FLAGS.precision)
+  cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode, prefill_precision=FLAGS.precision,
+                                    window=FLAGS.window)
   os.makedirs(FLAGS.out, exist_ok=True)
   tiles = None
   if FLAGS.tiles:
