@@ -85,7 +85,7 @@ def histogram(sass: str) -> collections.Counter:
 def main(argv):
   del argv
   cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode, prefill_precision=FLAGS.precision,
-                                    window=FLAGS.window)
+                                window=FLAGS.window)
   os.makedirs(FLAGS.out, exist_ok=True)
   tiles = None
   if FLAGS.tiles:

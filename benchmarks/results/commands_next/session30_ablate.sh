@@ -13,7 +13,7 @@ python3 $D/ablate_ssm.py /tmp/abl || exit 1
 for v in base rows1 nofold noy copy; do
   P=$PWD; [ $v = base ] || P=/tmp/abl/$v:$PWD
   echo "=== ncu $v $(date -u +%T)"
-  PYTHONPATH=$P timeout -k 5 60 ncu --clock-control none --kernel-name regex:m2v_ssm \
+  PYTHONPATH=$P timeout -k 5 90 ncu --clock-control none --kernel-name regex:m2v_ssm \
     --launch-skip 1 --launch-count 1 --metrics $M python3 tools/profile_call.py --mode=compact \
     --batch=32 --calls=1 2>&1 | grep -E "m2v_|  [a-z0-9_]+__" | sed 's/  */ /g'
 done 2>&1 | tee $O/ncu_ablate.txt
@@ -21,7 +21,7 @@ echo "=== ncu source $(date -u +%T)"
 PYTHONPATH=$PWD timeout -k 5 120 ncu --clock-control none --kernel-name regex:m2v_ssm \
   --launch-skip 1 --launch-count 1 --section SourceCounters --section WarpStateStats \
   -f -o /tmp/src_base python3 tools/profile_call.py --mode=compact --batch=32 --calls=1 \
-  > /tmp/src_base.log 2>&1
+  > $O/src_base.log 2>&1
 timeout -k 5 60 ncu --import /tmp/src_base.ncu-rep --page source --csv --print-source sass \
   > /tmp/src_base.csv 2>&1; gzip -c /tmp/src_base.csv > $O/src_base.csv.gz; ls -la $O
 echo "=== done $(date -u +%T)"

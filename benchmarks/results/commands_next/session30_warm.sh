@@ -2,13 +2,12 @@
 # Session 30: the compact fold's pending rows prefetched into L1 (`backend.prefetch_l1`), the
 # fold then loading each row in its own iteration (no row carried ahead). One device call of
 # ~6 minutes, from the repository root of the tree with the change (ran 2026-12-05 on an H100,
-# with the base made by reversing the patch; now that the change is not landed, apply
-# benchmarks/results/patches/warm_fold.patch first and drop the reversal):
+# with the base made by reversing the patch in a copy; now that the change is not landed,
+# apply benchmarks/results/patches/warm_fold.patch to the tree first):
 #   OUT=/tmp/out bash benchmarks/results/commands_next/session30_warm.sh call1
 # call1: the base (a copy with warm_fold.patch reversed) against the tree: y and every state
 #   leaf bitwise (compact, float32 state); the loop suite (B=8-128, default window) of the
-#   base, the tree and a copy with state_cg.patch (the state loaded through L2 only, `.cg`)
-#   in turn twice, and B=1 of the base and the tree; ncu of each compact SSM kernel at B=32;
+#   base and the tree in turn twice, and B=1 of each; ncu of each compact SSM kernel at B=32;
 #   the tree's kernel's stalls per SASS instruction (ncu SourceCounters, exported as CSV).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
