@@ -385,12 +385,17 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
     cb_ref[i, g, pl.ds(r0, BM), :] = plan.dot(cm, bm, "", trans_b=True)
 
 
-def _own_state(plan: ChunkPlan, xr_ref, dtr_ref, alog_ref, i, bm, h, pid_p, BP, dt0):
-  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of slot i's rows from a zero start, and exp(acum_L)."""
+def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0):
+  """Slot i's x [L, BP] (activation dtype) and dt [L] of head h."""
   P, L = plan.cfg.headdim, plan.chunk
-  x = xr_ref[pl.ds(i * L, L), pl.ds(h * P + pid_p * BP, BP)].astype(f32)   # [L, BP]
-  dtv = dtr_ref[pl.ds(dt0 + i * L, L), h]                                  # [L]
-  acum, acum_l = _log_decay(dtv, -jnp.exp(alog_ref[h]), L)
+  return (xr_ref[pl.ds(i * L, L), pl.ds(h * P + pid_p * BP, BP)],
+          dtr_ref[pl.ds(dt0 + i * L, L), h])
+
+
+def _own_from(plan: ChunkPlan, x, dtv, a_h, bm):
+  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and exp(acum_L)."""
+  x = x.astype(f32)
+  acum, acum_l = _log_decay(dtv, a_h, plan.chunk)
   w_s = jnp.exp(acum_l - acum) * dtv
   if plan.products is None:
     own = plan.dot(x * w_s[:, None], bm, "a", trans_a=True)
@@ -423,7 +428,8 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
 
     def head(j, carry):
       h = h0 + j
-      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, i, bm, h, pid_p, BP, dt0)
+      x, dtv = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
+      own, dec = _own_from(plan, x, dtv, -jnp.exp(alog_ref[h]), bm)
       s_ref[i, h, pl.ds(pid_p * BP, BP), :] = own
       dec_ref[i, h] = dec
       return carry
@@ -469,7 +475,7 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
                               carry_ref=None, cout_ref=None, carry_out_ref=None,
                               dt0_ref=None, plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
-  slots in order, each slot's own state by `_own_state` and st = dec * st + own.
+  slots in order, each slot's own state by `_own_from` and st = dec * st + own.
 
     Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`.
   """
@@ -485,16 +491,18 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
     st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
+    a_h, last = -jnp.exp(alog_ref[h]), first + count_ref[b] - 1
+    rows_of = lambda i: _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
 
-    def chunk(c, st):
+    def chunk(c, carry):               # the next slot's x and dt loaded before this one's work
+      st, x, dtv = carry
       i = first + c
-      rows = pl.ds(i * L, L)
-      own, dec = _own_state(plan, xr_ref, dtr_ref, alog_ref, i, xr_ref[rows, bcols], h,
-                            pid_p, BP, dt0)
+      ahead = rows_of(jnp.minimum(i + 1, last))
+      own, dec = _own_from(plan, x, dtv, a_h, xr_ref[pl.ds(i * L, L), bcols])
       st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
-      return dec * st + own
+      return (dec * st + own,) + ahead
 
-    st = lax.fori_loop(0, count_ref[b], chunk, st)
+    st = lax.fori_loop(0, count_ref[b], chunk, (st,) + rows_of(first))[0]
     _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
