@@ -285,3 +285,24 @@ def state_rows(cfg, state_row, B, cache_indices):
     raise ValueError(f"state_row[{b}]={rows[b]}: expected 0 <= state_row < capacity="
                      f"{cfg.capacity}")
   return rows
+
+
+def parents(parents, B, R):
+  """Checks a draft tree's `parents` [B, R]: host values with -1 at row 0 (the root) and
+  0 <= parents[b, r] < r after it; a device array needs only its shape and dtype."""
+  if not is_host(parents):
+    expect("parents", parents, (B, R), (jnp.int32,))
+    return parents
+  arr = np.asarray(parents)
+  if not np.issubdtype(arr.dtype, np.integer):
+    raise TypeError(f"parents: expected integers, got {arr.dtype}")
+  if arr.shape != (B, R):
+    raise ValueError(f"parents: expected shape [{B}, {R}], got {list(arr.shape)}")
+  r = np.arange(R)[None, :]
+  ok = np.where(r == 0, arr == -1, (arr >= 0) & (arr < r))
+  bad = np.argwhere(~ok)
+  if bad.size:
+    b, t = (int(v) for v in bad[0])
+    want = "-1 (row 0 is the root)" if t == 0 else f"a parent row 0 <= parent < {t}"
+    raise ValueError(f"parents[{b}, {t}]={arr[b, t]}: expected {want}")
+  return arr.astype(np.int32)

@@ -84,6 +84,71 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
           jnp.swapaxes(convs[R - keep:], 0, 1))
 
 
+def tree_rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, parents,
+              z=None, num_rows=None):
+  """The oracle of a draft tree: each row's state and conv window from its parent's.
+
+  Row r runs one row (docs/semantics.md) from the state and conv window after row
+  `parents[b, r]`, or from `ssm0` and `conv0` where that is -1 (the root, row 0). A chain
+  (`parents[b, r] = r - 1`) gives `rows`' results bitwise.
+
+  Args:
+    cfg, params: geometry and parameters.
+    ssm0: [B, H, P, N] float32 state before the root.
+    conv0: [B, C, K-1] conv state before the root (any float dtype).
+    xbc: [B, R, C] raw inputs; dt: [B, R, H] raw dt; z: optional [B, R, H*P] gate.
+    parents: [B, R] int32, each row's parent row, -1 for the root; a parent comes before its
+      child (`checks.check_parents`).
+    num_rows: optional [B] int32; rows from it on keep their parent's state and give y 0.
+
+  Returns:
+    y [B, R, H*P], ssm [B, R, H, P, N] (the state after each row), conv [B, R, C, K-1] (the
+    conv window after each row), all float32.
+  """
+  Bsz, R, C = xbc.shape
+  H, P, K = cfg.nheads, cfg.headdim, cfg.d_conv
+  taps = [params.conv_weight[:, k] for k in range(K)]
+  if num_rows is None:
+    num_rows = jnp.full((Bsz,), R, jnp.int32)
+  parents = jnp.asarray(parents, jnp.int32)
+  ssm0 = ssm0.astype(f32)
+  win0 = jnp.swapaxes(conv0.astype(f32), 1, 2)                       # [B, K-1, C]
+  b_idx = jnp.arange(Bsz)
+
+  def step(carry, inp):
+    states, wins = carry                        # [B, R, H, P, N], [B, R, K-1, C]
+    t, xb, d, zt, par = inp
+    root = (par < 0)
+    safe = jnp.maximum(par, 0)
+    st = jnp.where(root[:, None, None, None], ssm0, states[b_idx, safe])
+    win = jnp.where(root[:, None, None], win0, wins[b_idx, safe])
+    v = xb.astype(f32)
+    out = rowmath.conv_output(taps, [win[:, j] for j in range(K - 1)] + [v], params.conv_bias,
+                              xbc.dtype)
+    x, bm, cm = _split_xbc(cfg, out)
+    dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
+    dA = rowmath.decay(dtp, params.A_log)
+    new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
+                                  bm[..., None, :])
+    y = rowmath.readout(new_st, cm[..., None, :], params.D[:, None], x)
+    if zt is not None:
+      y = rowmath.gate(y, zt.astype(f32).reshape(Bsz, H, P))
+    active = t < num_rows
+    new_st = jnp.where(active[:, None, None, None], new_st, st)
+    new_win = jnp.concatenate([win[:, 1:], v[:, None]], axis=1)
+    new_win = jnp.where(active[:, None, None], new_win, win)
+    y = jnp.where(active[:, None, None], y, 0.0).reshape(Bsz, H * P)
+    states = states.at[:, t].set(new_st)
+    wins = wins.at[:, t].set(new_win)
+    return (states, wins), y
+
+  ts = jnp.arange(R, dtype=jnp.int32)
+  sw = lambda a: None if a is None else jnp.swapaxes(a, 0, 1)
+  init = (jnp.zeros((Bsz, R) + ssm0.shape[1:], f32), jnp.zeros((Bsz, R, K - 1, C), f32))
+  (states, wins), y = lax.scan(step, init, (ts, sw(xbc), sw(dt), sw(z), sw(parents)))
+  return jnp.swapaxes(y, 0, 1), states, jnp.swapaxes(wins, 2, 3)
+
+
 def round_state(st, state_dtype):
   """`st` as a store to, then a load from, a `state_dtype` pool gives it."""
   return rowmath.stored(st, state_dtype)

@@ -52,6 +52,7 @@ ref_compact_call = _whole(reference.compact_call)
 ref_committed_state = _whole(reference.committed_state)
 ref_conv_prefill = _whole(reference.conv_prefill)
 ref_ssd_chunked = _whole(reference_ssd.ssd_chunked, "chunk", "precision")
+ref_tree_rows = _whole(reference.tree_rows)
 
 def dev(x, dtype):
   """Host values as a device array in `dtype`, converted by numpy and placed with
@@ -456,3 +457,37 @@ def check_chunked_pool(backend, cfg, R, tol=1e-5):
 # precision against the serial float32 recurrence: 4 to 10 times the errors measured in
 # interpret mode (R = 200, 16-row chunks).
 PRECISION_BOUND = {"highest": (1e-5, 1e-5), "tf32": (2e-3, 2e-3), "bf16": (1e-2, 1e-2)}
+
+
+def random_parents(rng, B, R, max_depth=8, max_branch=4):
+  """Random draft trees [B, R] int32 (row 0 the root, -1): each later row's parent drawn among
+  the earlier rows with depth < max_depth and fewer than max_branch children."""
+  out = np.full((B, R), -1, np.int32)
+  for b in range(B):
+    depth, kids = [0], [0]
+    for r in range(1, R):
+      open_rows = [i for i in range(r) if depth[i] < max_depth and kids[i] < max_branch]
+      par = int(rng.choice(open_rows))
+      out[b, r] = par
+      depth.append(depth[par] + 1)
+      kids[par] += 1
+      kids.append(0)
+  return out
+
+
+def tree_paths(parents):
+  """[B, R] parents -> (path [B, R, R]: the rows from the root to each row, padded with its
+  last row; depth [B, R]: the number of rows on it less one)."""
+  B, R = parents.shape
+  path = np.zeros((B, R, R), np.int32)
+  depth = np.zeros((B, R), np.int32)
+  for b in range(B):
+    for t in range(R):
+      chain, r = [], t
+      while r >= 0:
+        chain.append(r)
+        r = parents[b, r]
+      chain = chain[::-1]
+      depth[b, t] = len(chain) - 1
+      path[b, t] = chain + [t] * (R - len(chain))
+  return path, depth

@@ -1,0 +1,100 @@
+"""The draft-tree oracle (`reference.tree_rows`) against chains, and `checks.parents`."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import m2v_jax as m
+from m2v_jax import checks
+from tests.helpers import (assert_bitwise, assert_close, dev, inputs, np_rows, random_parents,
+                           ref_rows, ref_tree_rows, small_cfg, tree_paths)
+
+
+def _start(cfg, B, rng):
+  return (dev(rng.normal(size=(B, cfg.nheads, cfg.headdim, cfg.dstate)), jnp.float32),
+          dev(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), jnp.float32))
+
+
+@pytest.mark.parametrize("use_z", [False, True])
+def test_a_chain_is_rows_bitwise(use_z):
+  """parents[r] = r - 1 gives `rows`' y, states and conv windows bit for bit."""
+  cfg = small_cfg()
+  p = m.random_params(cfg, 1)
+  rng = np.random.default_rng(1)
+  B, R = 3, 8
+  args = inputs(cfg, B, R, rng=rng, z=use_z)
+  z = args[2] if use_z else None
+  ssm0, conv0 = _start(cfg, B, rng)
+  n = dev(np.array([8, 5, 1]), jnp.int32)
+  chain = dev(np.tile(np.arange(-1, R - 1), (B, 1)), jnp.int32)
+  y, s, c = ref_tree_rows(cfg, p, ssm0, conv0, args[0], args[1], chain, z, n)
+  y0, s0, c0 = ref_rows(cfg, p, ssm0, conv0, args[0], args[1], z, n, keep=R)
+  assert_bitwise(y, y0, "y")
+  assert_bitwise(s, s0, "states")
+  assert_bitwise(c, c0, "conv windows")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_each_row_is_its_path_run_as_a_chain(seed):
+  """Random trees (depth <= 8, branching <= 4): every row's y, state and conv window are those
+  of the last row of its root-to-row path run as a chain (the window bitwise, y and states to
+  float32 rounding), and within the float64 transcription's bound."""
+  cfg = small_cfg()
+  p = m.random_params(cfg, seed)
+  rng = np.random.default_rng(10 + seed)
+  B, R = 2, 8
+  xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
+  ssm0, conv0 = _start(cfg, B, rng)
+  parents = random_parents(rng, B, R)
+  y, s, c = ref_tree_rows(cfg, p, ssm0, conv0, xbc, dt, dev(parents, jnp.int32))
+  path, depth = tree_paths(parents)
+  # Every row's path as one sequence of a chain call: B * R sequences, rows past the path
+  # not run.
+  b_of = np.repeat(np.arange(B), R)
+  flat = path.reshape(B * R, R)
+  px, pd = (np.asarray(a)[b_of[:, None], flat] for a in (xbc, dt))
+  n = (depth.reshape(-1) + 1).astype(np.int32)
+  rep = lambda a: dev(np.asarray(a)[b_of], jnp.float32)
+  yc, sc, cc = ref_rows(cfg, p, rep(ssm0), rep(conv0), dev(px, jnp.float32),
+                        dev(pd, jnp.float32), None, dev(n, jnp.int32), keep=R)
+  last = np.arange(B * R), depth.reshape(-1)
+  got = lambda a, *tail: np.asarray(a).reshape((B * R,) + tail)
+  # XLA may order a reduction differently at another batch size: float32 rounding, not bits.
+  assert_close(got(y, cfg.d_inner), np.asarray(yc)[last], 1e-6, "y")
+  assert_close(got(s, *s.shape[2:]), np.asarray(sc)[last], 1e-6, "states")
+  assert_bitwise(got(c, *c.shape[2:]), np.asarray(cc)[last], "conv windows")
+  y64, s64, c64 = np_rows(cfg, p, rep(ssm0), rep(conv0), px, pd)
+  assert_close(got(y, cfg.d_inner), y64[last], 1e-5, "y against float64")
+  assert_close(got(s, *s.shape[2:]), s64[last], 1e-5, "states against float64")
+
+
+def test_branches_differ_and_rows_past_num_rows_keep_their_parent():
+  """Two children of the root with different inputs get different states (the test can fail);
+  a row past num_rows gives y 0 and its parent's state and window."""
+  cfg = small_cfg()
+  p = m.random_params(cfg, 4)
+  rng = np.random.default_rng(4)
+  xbc, dt = inputs(cfg, 1, 4, rng=rng)[:2]
+  ssm0, conv0 = _start(cfg, 1, rng)
+  parents = dev(np.array([[-1, 0, 0, 2]]), jnp.int32)
+  y, s, c = ref_tree_rows(cfg, p, ssm0, conv0, xbc, dt, parents, None,
+                          dev(np.array([3]), jnp.int32))
+  assert not np.array_equal(np.asarray(s[0, 1]), np.asarray(s[0, 2]))
+  assert_bitwise(y[0, 3], np.zeros_like(np.asarray(y[0, 3])), "y past num_rows")
+  assert_bitwise(s[0, 3], s[0, 2], "state past num_rows")
+  assert_bitwise(c[0, 3], c[0, 2], "conv window past num_rows")
+
+
+def test_parents_checks_name_the_cause():
+  assert checks.parents([[-1, 0, 1, 1]], 1, 4).dtype == np.int32
+  cases = [([[0, 0, 1, 1]], ValueError, r"parents\[0, 0\]=0: expected -1"),
+           ([[-1, 0, 2, 1]], ValueError, r"parents\[0, 2\]=2: expected a parent row"),
+           ([[-1, -1, 0, 0]], ValueError, r"parents\[0, 1\]=-1"),
+           ([[-1, 0, 1]], ValueError, r"expected shape \[1, 4\]"),
+           ([[-1.0, 0, 1, 1]], TypeError, "expected integers")]
+  for value, err, msg in cases:
+    with pytest.raises(err, match=msg):
+      checks.parents(value, 1, 4)
+  with pytest.raises(TypeError, match="expected dtype int32"):
+    checks.parents(jnp.zeros((1, 4), jnp.float32), 1, 4)
+  assert isinstance(checks.parents(jnp.full((1, 4), -1, jnp.int32), 1, 4), jnp.ndarray)
