@@ -13,6 +13,7 @@ import jax
 
 from m2v_jax import config as config_lib
 from m2v_jax import status
+from m2v_jax import tree
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import dual
 from m2v_jax.kernels import rowmath
@@ -301,6 +302,71 @@ def snapshot_call(cfg, params, state: SnapshotState, args: status.CallArgs):
   ssm = _scatter(state.ssm, idx, valid, jnp.concatenate([new_ssm, state.ssm[safe, keep:]], 1))
   conv = _scatter(state.conv, idx, valid,
                   jnp.concatenate([new_conv, state.conv[safe, keep:]], 1))
+  return finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
+
+
+def _tree_outputs_one(S, x, b, c, dt, A, D, valid, anc):
+  a = jnp.where(valid, dt * A, 0.0)
+  cum = dual.path_decay([a[k] for k in range(x.shape[0])], anc)
+  return dual.outputs([S], x, [b], [c], dt, A, D, valid, _PRODUCTS, cum, anc=anc)
+
+
+# vmapped over heads, then sequences (each with its own tree): y [B, H, P, KT].
+_tree_outputs_all = jax.vmap(jax.vmap(_tree_outputs_one, in_axes=(0, 0, 0, 0, 0, 0, 0, None, None)),
+                             in_axes=(0, 0, 0, 0, 0, None, None, 0, 0))
+
+
+def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs, parents):
+  """Snapshot-mode call of a draft tree (`parents` [B, R], R <= capacity): y in the dual form
+  over each row's ancestors, row r's state and conv window in slot r. Returns (y in xbc.dtype,
+  SnapshotState)."""
+  E, S = state.ssm.shape[:2]
+  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
+  idx, n = args.cache_indices, args.num_rows
+  Bsz, R = xbc.shape[:2]
+  if R > min(S, cfg.capacity):
+    raise ValueError(f"parents: a tree call takes at most capacity={cfg.capacity} rows, got {R}")
+  KT = dual.tile_rows(cfg.capacity)
+  safe = status.safe_entry(idx, E)
+  valid, pad, _ = status.sequence_status(False, S, E, R, idx, state_row, n, None)
+  srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
+  ssm0, conv0 = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]
+  parents = jnp.asarray(parents, jnp.int32)
+  post, wins = tree.conv_rows(cfg, params, conv0, xbc, parents)
+  live = jnp.arange(R)[None, :] < n[:, None]                                 # [B, R]
+  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
+  pad_rows = [(0, 0), (0, KT - R), (0, 0)]
+  post = jnp.pad(jnp.where(live[..., None], post, 0.0), pad_rows)
+  dtp = jnp.pad(jnp.where(live[..., None], dtp, 0.0), pad_rows)
+  x, bm, cm, d = _split_rows(cfg, post, dtp)
+  own = jnp.broadcast_to(jnp.int32(1) << jnp.arange(R, KT, dtype=jnp.int32), (Bsz, KT - R))
+  bits = jnp.concatenate([tree.ancestor_bits(parents), own], axis=1)         # [B, KT]
+  anc = jax.vmap(lambda v: dual.ancestors(v, KT))(bits)                       # [B, KT, KT]
+  live_kt = jnp.pad(live, [(0, 0), (0, KT - R)])
+  A = -jnp.exp(params.A_log)
+  y = _tree_outputs_all(ssm0, x, bm, cm, d, A, params.D, live_kt, anc)          # [B, H, P, KT]
+  y = jnp.transpose(y, (0, 3, 1, 2))[:, :R].reshape(Bsz, R, cfg.d_inner)
+  if z is not None:
+    y = rowmath.gate(y, z.astype(f32))
+  y = jnp.where(live[..., None], y, 0.0)
+  b_idx = jnp.arange(Bsz)
+
+  def step(states, inp):                 # each row's state from its parent's
+    t, xr, br, dr, par, act = inp
+    st = jnp.where((par < 0)[:, None, None, None], ssm0, states[b_idx, jnp.maximum(par, 0)])
+    dA = rowmath.decay(dr, params.A_log)[..., None, None]
+    new = rowmath.state_update(st, dA, (dr[..., None] * xr)[..., None], br[..., None, :])
+    return states.at[:, t].set(jnp.where(act[:, None, None, None], new, st)), None
+
+  sw = lambda a: jnp.moveaxis(a, 2, 0)[:R]                                   # rows first
+  states, _ = lax.scan(step, jnp.zeros((Bsz, R) + ssm0.shape[1:], f32),
+                       (jnp.arange(R, dtype=jnp.int32), sw(x), sw(bm), sw(d),
+                        jnp.swapaxes(parents, 0, 1), jnp.swapaxes(live, 0, 1)))
+  cur_ssm, cur_conv = state.ssm[safe, :R], state.conv[safe, :R]
+  new_ssm = jnp.where(live[:, :, None, None, None], states.astype(cur_ssm.dtype), cur_ssm)
+  new_conv = jnp.where(live[:, :, None, None], wins.astype(cur_conv.dtype), cur_conv)
+  ssm = _scatter(state.ssm, idx, valid, jnp.concatenate([new_ssm, state.ssm[safe, R:]], 1))
+  conv = _scatter(state.conv, idx, valid, jnp.concatenate([new_conv, state.conv[safe, R:]], 1))
   return finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
 
 

@@ -98,3 +98,75 @@ def test_parents_checks_name_the_cause():
   with pytest.raises(TypeError, match="expected dtype int32"):
     checks.parents(jnp.zeros((1, 4), jnp.float32), 1, 4)
   assert isinstance(checks.parents(jnp.full((1, 4), -1, jnp.int32), 1, 4), jnp.ndarray)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("use_z", [False, True])
+def test_snapshot_tree_call_matches_the_oracle(seed, use_z):
+  """The reference's snapshot tree call (y in the dual form over each row's ancestors, each
+  row's state from its parent's) against `tree_rows`: y within the contract's 2e-6, states and
+  conv windows in their slots, padding and a rejected sequence untouched, num_rows honoured."""
+  import jax
+  from m2v_jax import reference, status
+  from tests.helpers import random_state, spec_error
+  cfg = small_cfg()
+  p = m.random_params(cfg, seed)
+  rng = np.random.default_rng(20 + seed)
+  E, B, R = 5, 4, 8
+  state = random_state(cfg, E, rng=rng)
+  xbc, dt, *rest = inputs(cfg, B, R, rng=rng, z=use_z)
+  z = rest[0] if use_z else None
+  parents = random_parents(rng, B, R)
+  ci = np.array([3, 0, -1, 4], np.int32)
+  row = np.array([2, 0, 0, 9], np.int32)                 # sequence 3: invalid, rejected
+  n = np.array([8, 6, 8, 8], np.int32)
+  args = status.call_args(xbc, dt, row, z, ci, n)
+  call = jax.jit(reference.snapshot_tree_call, static_argnums=0)
+  y, new = call(cfg, p, state, args, dev(parents, jnp.int32))
+  live = np.array([0, 1])
+  e, r = ci[live], row[live]
+  ys, ss, cs = ref_tree_rows(cfg, p, state.ssm[e, r], state.conv[e, r], xbc[live], dt[live],
+                             dev(parents[live], jnp.int32), None if z is None else z[live],
+                             dev(n[live], jnp.int32))
+  assert spec_error(y[live], ys, cfg) < 2e-6
+  for i, b in enumerate(live):
+    k = n[b]
+    assert spec_error(new.ssm[ci[b], :k][None], ss[i, :k][None], cfg) < 1e-6
+    assert_bitwise(new.conv[ci[b], :k], cs[i, :k], "conv windows")
+    assert_bitwise(new.ssm[ci[b], k:], state.ssm[ci[b], k:], "slots past num_rows")
+  assert np.all(np.isnan(np.asarray(y[3]))), "the rejected sequence's y is NaN"
+  assert_bitwise(np.asarray(y[2]), np.zeros_like(np.asarray(y[2])), "padding's y")
+  for e in (1, 2, 4):                                    # not addressed, or rejected
+    assert_bitwise(new.ssm[e], state.ssm[e], f"entry {e}")
+    assert_bitwise(new.conv[e], state.conv[e], f"entry {e}")
+
+
+def test_a_chain_tree_call_is_the_linear_call_bitwise():
+  """parents[r] = r - 1 through the reference's tree call gives its linear snapshot call's y
+  and pool bit for bit; the chain's ancestor sums are `log_decay`'s."""
+  import jax
+  from m2v_jax import reference, status, tree
+  from m2v_jax.kernels import dual
+  from tests.helpers import random_state
+  cfg = small_cfg()
+  p = m.random_params(cfg, 6)
+  rng = np.random.default_rng(6)
+  E, B, R = 4, 3, 8
+  state = random_state(cfg, E, rng=rng)
+  xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
+  args = status.call_args(xbc, dt, np.array([1, 0, 5], np.int32), None,
+                          np.array([2, 0, 3], np.int32), np.array([8, 3, 7], np.int32))
+  chain = dev(np.tile(np.arange(-1, R - 1), (B, 1)), jnp.int32)
+  y_t, st_t = jax.jit(reference.snapshot_tree_call, static_argnums=0)(cfg, p, state, args, chain)
+  y_l, st_l = jax.jit(reference.snapshot_call, static_argnums=0)(cfg, p, state, args)
+  assert_bitwise(y_t, y_l, "y")
+  assert_bitwise(st_t.ssm, st_l.ssm, "ssm slots")
+  assert_bitwise(st_t.conv, st_l.conv, "conv slots")
+  bits = np.asarray(tree.ancestor_bits(chain))
+  assert bits[0].tolist() == [(1 << (t + 1)) - 1 for t in range(R)]
+  anc = np.asarray(dual.ancestors(jnp.asarray(bits[0]), R))
+  assert np.array_equal(anc, np.arange(R)[:, None] <= np.arange(R)[None, :])
+  a = [jnp.float32(v) for v in rng.normal(size=R)]
+  assert_bitwise(dual.path_decay(a, jnp.asarray(anc)), dual.log_decay(a, R), "decay sums")
+  branchy = np.asarray(tree.ancestor_bits(jnp.asarray([[-1, 0, 0, 2, 1]], jnp.int32)))
+  assert branchy[0].tolist() == [0b1, 0b11, 0b101, 0b1101, 0b10011]

@@ -2,6 +2,7 @@
 
 With cum the running sum of dt_k A over the segment and S its start state (Dao & Gu, 2024):
   y_t = exp(cum_t) (C_t . S) + sum_{k <= t} (B_k . C_t) dt_k exp(cum_t - cum_k) x_k + D x_t
+In a draft tree the sums run over row t's ancestors and itself instead of k <= t.
 """
 
 from __future__ import annotations
@@ -35,7 +36,23 @@ def log_decay(a_rows, KT):
   return jnp.where(idx < len(a_rows), cum, run)
 
 
-def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32):
+def ancestors(anc_bits, KT):
+  """[KT, KT] bool, [k, t] where row k is row t or one of its ancestors, from `anc_bits` [KT]
+  int32 (bit k of row t's entry set for each such k)."""
+  k = _iota(KT, 0, (KT, KT))
+  return ((anc_bits[None, :] >> k) & 1) > 0
+
+
+def path_decay(a_rows, anc):
+  """cum [KT]: for each row t, the sum of `a_rows` over its ancestors and itself, in row order
+  (a chain's `anc`, k <= t, gives `log_decay`'s sums bit for bit)."""
+  cum = jnp.zeros((anc.shape[1],), f32)
+  for k, a_k in enumerate(a_rows):
+    cum = cum + jnp.where(anc[k], a_k, 0.0)
+  return cum
+
+
+def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32, anc=None):
   """y [BP, KT] of the segment's rows from its start state, ungated (rows not `valid`: to drop).
 
   Args:
@@ -46,13 +63,15 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32):
     mm: `backend.Products`.
     cum: `log_decay` of the rows, if the caller has it.
     held: a type S's values are exact in (a stored 16-bit state: fewer product passes).
+    anc: [KT, KT] bool, a draft tree's `ancestors` (with `cum` from `path_decay`); None: a
+      chain (k <= t).
   """
   KT = x.shape[0]
   if cum is None:
     a = jnp.where(valid, dt * A, 0.0)
     cum = log_decay([jnp.sum(jnp.where(_iota(KT) == k, a, 0.0)) for k in range(KT)], KT)
   k, t = _iota(KT, 0, (KT, KT)), _iota(KT, 1, (KT, KT))
-  causal = (k <= t) & valid[:, None]
+  causal = (k <= t if anc is None else anc) & valid[:, None]
   xk = jnp.where(valid[:, None], x, 0.0)
   cb = sc = None
   for s, bc, cc in zip(S, b, c):

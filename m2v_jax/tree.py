@@ -1,0 +1,62 @@
+"""Draft trees: each row's ancestors (as bits) and its conv window along its path."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from m2v_jax.kernels import rowmath
+
+f32 = jnp.float32
+
+# Rows of a tree call, at most: a row's ancestors are the bits of one int32.
+MAX_ROWS = 31
+
+
+def ancestor_bits(parents):
+  """[B, R] int32 `parents` (-1: the root) -> [B, R] int32, bit k of row t set where row k is
+  row t or one of its ancestors."""
+  parents = jnp.asarray(parents, jnp.int32)
+  B, R = parents.shape
+  if R > MAX_ROWS:
+    raise ValueError(f"parents: a tree call takes at most {MAX_ROWS} rows, got {R}")
+
+  def step(bits, t):
+    par = parents[:, t]
+    above = jnp.take_along_axis(bits, jnp.maximum(par, 0)[:, None], axis=1)[:, 0]
+    mine = jnp.where(par < 0, 0, above) | (jnp.int32(1) << t)
+    return bits.at[:, t].set(mine), None
+
+  bits, _ = lax.scan(step, jnp.zeros((B, R), jnp.int32), jnp.arange(R, dtype=jnp.int32))
+  return bits
+
+
+def conv_rows(cfg, params, conv0, xbc, parents):
+  """The causal conv of a tree call, each row over its ancestors' raw inputs.
+
+  Args:
+    conv0: [B, C, K-1] conv state before the root; xbc: [B, R, C] raw rows; parents: [B, R].
+
+  Returns:
+    post-conv rows [B, R, C] float32 (rounded to xbc's dtype as the conv's output is), and the
+    conv window after each row [B, R, C, K-1] float32.
+  """
+  B, R, C = xbc.shape
+  K = cfg.d_conv
+  taps = [params.conv_weight[:, k] for k in range(K)]
+  parents = jnp.asarray(parents, jnp.int32)
+  win0 = jnp.swapaxes(conv0.astype(f32), 1, 2)                        # [B, K-1, C]
+  b_idx = jnp.arange(B)
+
+  def step(wins, inp):
+    t, xb, par = inp
+    win = jnp.where((par < 0)[:, None, None], win0, wins[b_idx, jnp.maximum(par, 0)])
+    v = xb.astype(f32)
+    out = rowmath.conv_output(taps, [win[:, j] for j in range(K - 1)] + [v], params.conv_bias,
+                              xbc.dtype)
+    return wins.at[:, t].set(jnp.concatenate([win[:, 1:], v[:, None]], axis=1)), out
+
+  ts = jnp.arange(R, dtype=jnp.int32)
+  wins, post = lax.scan(step, jnp.zeros((B, R, K - 1, C), f32),
+                        (ts, jnp.swapaxes(xbc, 0, 1), jnp.swapaxes(parents, 0, 1)))
+  return jnp.swapaxes(post, 0, 1), jnp.swapaxes(wins, 2, 3)
