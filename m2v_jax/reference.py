@@ -34,6 +34,21 @@ def _split_xbc(cfg, v):
   return x, bm, cm
 
 
+def _one_row(cfg, params, taps, st, win, v, d, zt, dtype):
+  """One row (docs/semantics.md) from state st [B, H, P, N] and conv window `win` (K-1 [B, C]
+  arrays) on raw input v [B, C] float32: (the new state, y [B, H, P] gated where zt is given)."""
+  out = rowmath.conv_output(taps, win + [v], params.conv_bias, dtype)
+  x, bm, cm = _split_xbc(cfg, out)
+  dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
+  dA = rowmath.decay(dtp, params.A_log)
+  new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
+                                bm[..., None, :])
+  y = rowmath.readout(new_st, cm[..., None, :], params.D[:, None], x)
+  if zt is not None:
+    y = rowmath.gate(y, zt.astype(f32).reshape(y.shape))
+  return new_st, y
+
+
 def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt, z=None,
          num_rows=None, keep: int = 0):
   """The oracle: rows 0..R-1 one after another, y read out of each row's state.
@@ -60,15 +75,7 @@ def rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xbc, dt
     st, win = carry
     t, xb, d, zt = inp
     v = xb.astype(f32)
-    out = rowmath.conv_output(taps, list(win) + [v], params.conv_bias, xbc.dtype)
-    x, bm, cm = _split_xbc(cfg, out)
-    dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
-    dA = rowmath.decay(dtp, params.A_log)
-    new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
-                                  bm[..., None, :])
-    y = rowmath.readout(new_st, cm[..., None, :], params.D[:, None], x)
-    if zt is not None:
-      y = rowmath.gate(y, zt.astype(f32).reshape(Bsz, H, P))
+    new_st, y = _one_row(cfg, params, taps, st, list(win), v, d, zt, xbc.dtype)
     active = t < num_rows
     st = jnp.where(active[:, None, None, None], new_st, st)
     new_win = tuple(win[1:]) + (v,)
@@ -124,16 +131,8 @@ def tree_rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xb
     st = jnp.where(root[:, None, None, None], ssm0, states[b_idx, safe])
     win = jnp.where(root[:, None, None], win0, wins[b_idx, safe])
     v = xb.astype(f32)
-    out = rowmath.conv_output(taps, [win[:, j] for j in range(K - 1)] + [v], params.conv_bias,
-                              xbc.dtype)
-    x, bm, cm = _split_xbc(cfg, out)
-    dtp = rowmath.process_dt(d.astype(f32), params.dt_bias, cfg.dt_limit)
-    dA = rowmath.decay(dtp, params.A_log)
-    new_st = rowmath.state_update(st, dA[..., None, None], (dtp[..., None] * x)[..., None],
-                                  bm[..., None, :])
-    y = rowmath.readout(new_st, cm[..., None, :], params.D[:, None], x)
-    if zt is not None:
-      y = rowmath.gate(y, zt.astype(f32).reshape(Bsz, H, P))
+    new_st, y = _one_row(cfg, params, taps, st, [win[:, j] for j in range(K - 1)], v, d, zt,
+                         xbc.dtype)
     active = t < num_rows
     new_st = jnp.where(active[:, None, None, None], new_st, st)
     new_win = jnp.concatenate([win[:, 1:], v[:, None]], axis=1)
