@@ -12,6 +12,7 @@ from m2v_jax import config as config_lib
 from m2v_jax import params as params_lib
 from m2v_jax import state as state_lib
 from m2v_jax import status
+from m2v_jax import tree
 
 
 def describe(a) -> str:
@@ -298,6 +299,8 @@ def parents(parents, B, R):
     raise TypeError(f"parents: expected integers, got {arr.dtype}")
   if arr.shape != (B, R):
     raise ValueError(f"parents: expected shape [{B}, {R}], got {list(arr.shape)}")
+  if R > tree.MAX_ROWS:
+    raise ValueError(f"parents: a tree call takes at most {tree.MAX_ROWS} rows, got {R}")
   r = np.arange(R)[None, :]
   ok = np.where(r == 0, arr == -1, (arr >= 0) & (arr < r))
   bad = np.argwhere(~ok)

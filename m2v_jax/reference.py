@@ -106,7 +106,7 @@ def tree_rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xb
     conv0: [B, C, K-1] conv state before the root (any float dtype).
     xbc: [B, R, C] raw inputs; dt: [B, R, H] raw dt; z: optional [B, R, H*P] gate.
     parents: [B, R] int32, each row's parent row, -1 for the root; a parent comes before its
-      child (`checks.check_parents`).
+      child (`checks.parents`).
     num_rows: optional [B] int32; rows from it on keep their parent's state and give y 0.
 
   Returns:
@@ -338,8 +338,8 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
   post = jnp.pad(jnp.where(live[..., None], post, 0.0), pad_rows)
   dtp = jnp.pad(jnp.where(live[..., None], dtp, 0.0), pad_rows)
   x, bm, cm, d = _split_rows(cfg, post, dtp)
-  own = jnp.broadcast_to(jnp.int32(1) << jnp.arange(R, KT, dtype=jnp.int32), (Bsz, KT - R))
-  bits = jnp.concatenate([tree.ancestor_bits(parents), own], axis=1)         # [B, KT]
+  # Rows R..KT-1 (the tile's padding, never valid) have no ancestors.
+  bits = jnp.pad(tree.ancestor_bits(parents), [(0, 0), (0, KT - R)])         # [B, KT]
   anc = jax.vmap(lambda v: dual.ancestors(v, KT))(bits)                       # [B, KT, KT]
   live_kt = jnp.pad(live, [(0, 0), (0, KT - R)])
   A = -jnp.exp(params.A_log)

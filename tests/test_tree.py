@@ -95,6 +95,8 @@ def test_parents_checks_name_the_cause():
   for value, err, msg in cases:
     with pytest.raises(err, match=msg):
       checks.parents(value, 1, 4)
+  with pytest.raises(ValueError, match="at most 31 rows"):
+    checks.parents(np.arange(-1, 31)[None, :], 1, 32)
   with pytest.raises(TypeError, match="expected dtype int32"):
     checks.parents(jnp.zeros((1, 4), jnp.float32), 1, 4)
   assert isinstance(checks.parents(jnp.full((1, 4), -1, jnp.int32), 1, 4), jnp.ndarray)
@@ -170,3 +172,10 @@ def test_a_chain_tree_call_is_the_linear_call_bitwise():
   assert_bitwise(dual.path_decay(a, jnp.asarray(anc)), dual.log_decay(a, R), "decay sums")
   branchy = np.asarray(tree.ancestor_bits(jnp.asarray([[-1, 0, 0, 2, 1]], jnp.int32)))
   assert branchy[0].tolist() == [0b1, 0b11, 0b101, 0b1101, 0b10011]
+  # Rows past bit 30 have no ancestors, whatever their entry holds.
+  wide = np.asarray(dual.ancestors(jnp.full((40,), -1, jnp.int32), 40))
+  assert wide[:31].all() and not wide[31:].any()
+  with pytest.raises(ValueError, match="needs its `cum`"):
+    dual.outputs([jnp.zeros((8, 16))], jnp.zeros((8, 8)), [jnp.zeros((8, 16))],
+                 [jnp.zeros((8, 16))], jnp.zeros((8,)), -1.0, 0.0, jnp.ones((8,), bool), None,
+                 anc=jnp.asarray(anc))

@@ -38,9 +38,9 @@ def log_decay(a_rows, KT):
 
 def ancestors(anc_bits, KT):
   """[KT, KT] bool, [k, t] where row k is row t or one of its ancestors, from `anc_bits` [KT]
-  int32 (bit k of row t's entry set for each such k)."""
+  int32 (bit k of row t's entry set for each such k; rows from 31 on have none)."""
   k = _iota(KT, 0, (KT, KT))
-  return ((anc_bits[None, :] >> k) & 1) > 0
+  return (k < 31) & (((anc_bits[None, :] >> jnp.minimum(k, 30)) & 1) > 0)
 
 
 def path_decay(a_rows, anc):
@@ -67,6 +67,8 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32, anc=None):
       chain (k <= t).
   """
   KT = x.shape[0]
+  if anc is not None and cum is None:
+    raise ValueError("dual.outputs: a tree's `anc` needs its `cum` (dual.path_decay)")
   if cum is None:
     a = jnp.where(valid, dt * A, 0.0)
     cum = log_decay([jnp.sum(jnp.where(_iota(KT) == k, a, 0.0)) for k in range(KT)], KT)
