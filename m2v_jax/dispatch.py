@@ -101,25 +101,33 @@ def ragged_reference(cfg, params, state, args: CallArgs, host_rows, entries_chec
   return jnp.where(valid[:, None, None] | (ci < 0)[:, None, None], y, jnp.nan), state
 
 
-def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_shared=False):
+def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_shared=False,
+         tree=False):
   """The verify kernels' static `Plan` of a call of R rows (0: a fold) on `state`."""
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
       conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or tiles_lib.tile_config(cfg, B),
       interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype),
-      check_shared=check_shared)
+      check_shared=check_shared, tree=tree)
 
 
-def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries_checked=True):
+def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries_checked=True,
+                parents=None):
   """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state).
 
   `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
-  entries (as `status.reject_shared` would, without a launch of its own).
+  entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
+  int32 runs a draft tree (`reference.snapshot_tree_call`): snapshot mode with a float32
+  state and R <= capacity only, for now.
   """
   B, R, _ = args.xbc.shape
+  if parents is not None:
+    if cfg.compact or jnp.dtype(state.ssm.dtype) != jnp.dtype(f32) or R > cfg.capacity:
+      raise NotImplementedError("parents: the kernels run draft trees in snapshot mode with a "
+                                "float32 state and at most capacity rows, for now")
   p = plan(cfg, backend, state, R, B=B, y_dtype=args.xbc.dtype, has_z=args.z is not None,
-           tiles=tiles, check_shared=not entries_checked)
-  return verify_kernels.run(p, params, state, args)
+           tiles=tiles, check_shared=not entries_checked, tree=parents is not None)
+  return verify_kernels.run(p, params, state, args, parents)
 
 
 def fold(cfg, backend, params, state: CompactState, args: CallArgs):

@@ -304,10 +304,12 @@ def snapshot_call(cfg, params, state: SnapshotState, args: status.CallArgs):
   return finish_y(y, valid, pad, xbc.dtype), SnapshotState(ssm=ssm, conv=conv)
 
 
-def _tree_outputs_one(S, x, b, c, dt, A, D, valid, anc):
+def _tree_outputs_one(S, x, b, c, dt, A, D, valid, bits):
   a = jnp.where(valid, dt * A, 0.0)
-  cum = dual.path_decay([a[k] for k in range(x.shape[0])], anc)
-  return dual.outputs([S], x, [b], [c], dt, A, D, valid, _PRODUCTS, cum, anc=anc)
+  KT = x.shape[0]
+  cum = dual.path_decay([a[k] for k in range(KT)], bits)
+  return dual.outputs([S], x, [b], [c], dt, A, D, valid, _PRODUCTS, cum,
+                      anc=dual.ancestors(bits, KT))
 
 
 # vmapped over heads, then sequences (each with its own tree): y [B, H, P, KT].
@@ -340,10 +342,9 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
   x, bm, cm, d = _split_rows(cfg, post, dtp)
   # Rows R..KT-1 (the tile's padding, never valid) have no ancestors.
   bits = jnp.pad(tree.ancestor_bits(parents), [(0, 0), (0, KT - R)])         # [B, KT]
-  anc = jax.vmap(lambda v: dual.ancestors(v, KT))(bits)                       # [B, KT, KT]
   live_kt = jnp.pad(live, [(0, 0), (0, KT - R)])
   A = -jnp.exp(params.A_log)
-  y = _tree_outputs_all(ssm0, x, bm, cm, d, A, params.D, live_kt, anc)          # [B, H, P, KT]
+  y = _tree_outputs_all(ssm0, x, bm, cm, d, A, params.D, live_kt, bits)         # [B, H, P, KT]
   y = jnp.transpose(y, (0, 3, 1, 2))[:, :R].reshape(Bsz, R, cfg.d_inner)
   if z is not None:
     y = rowmath.gate(y, z.astype(f32))

@@ -262,3 +262,17 @@ def test_chunked_prefill_lowers_for_headdim_96(mode):
   assert chunk_scan.supported(cfg)
   text = lower(cfg, 2, 136, chunked=True)
   assert text.count("__gpu$xla.gpu.triton") == (9 if mode == "snapshot" else 11)
+
+
+def test_tree_verify_lowers():
+  """A draft tree's snapshot call (the kernels' `parents` path) lowers to Triton for an H200:
+  two launches, the state updated in place."""
+  cfg = m.BOLT
+  args = dispatch.abstract_call_args(cfg, 2, 8)
+
+  def f(p, s, a, parents):
+    return dispatch.kernel_call(cfg, "pallas", p, s, a, parents=parents)
+
+  text = backend.lower_for_cuda(f, *args, sds((2, 8), jnp.int32), donate_argnums=(1,))
+  assert text.count("__gpu$xla.gpu.triton") == 2
+  assert text.count("output_operand_alias<") == 2

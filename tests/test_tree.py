@@ -169,7 +169,7 @@ def test_a_chain_tree_call_is_the_linear_call_bitwise():
   anc = np.asarray(dual.ancestors(jnp.asarray(bits[0]), R))
   assert np.array_equal(anc, np.arange(R)[:, None] <= np.arange(R)[None, :])
   a = [jnp.float32(v) for v in rng.normal(size=R)]
-  assert_bitwise(dual.path_decay(a, jnp.asarray(anc)), dual.log_decay(a, R), "decay sums")
+  assert_bitwise(dual.path_decay(a, jnp.asarray(bits[0])), dual.log_decay(a, R), "decay sums")
   branchy = np.asarray(tree.ancestor_bits(jnp.asarray([[-1, 0, 0, 2, 1]], jnp.int32)))
   assert branchy[0].tolist() == [0b1, 0b11, 0b101, 0b1101, 0b10011]
   # Rows past bit 30 have no ancestors, whatever their entry holds.
@@ -179,3 +179,43 @@ def test_a_chain_tree_call_is_the_linear_call_bitwise():
     dual.outputs([jnp.zeros((8, 16))], jnp.zeros((8, 8)), [jnp.zeros((8, 16))],
                  [jnp.zeros((8, 16))], jnp.zeros((8,)), -1.0, 0.0, jnp.ones((8,), bool), None,
                  anc=jnp.asarray(anc))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("use_z", [False, True])
+def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
+  """The verify kernels (interpret mode) with `parents`: y, every slot's state and conv window
+  against the reference's snapshot tree call (y within 2e-6, states 1e-6, windows bitwise),
+  entries not addressed untouched; a chain's tree call is the linear kernel call bitwise."""
+  import jax
+  from m2v_jax import dispatch, reference, status
+  from tests.helpers import random_state, spec_error
+  cfg = small_cfg()
+  p = m.random_params(cfg, 30 + seed)
+  rng = np.random.default_rng(30 + seed)
+  E, B, R = 5, 3, 8
+  state = random_state(cfg, E, rng=rng)
+  xbc, dt, *rest = inputs(cfg, B, R, rng=rng, z=use_z)
+  z = rest[0] if use_z else None
+  parents = dev(random_parents(rng, B, R), jnp.int32)
+  args = status.call_args(xbc, dt, np.array([2, 0, 5], np.int32), z,
+                          np.array([3, 0, 4], np.int32), np.array([8, 6, 8], np.int32))
+  kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1))
+  y_k, st_k = kern(cfg, "interpret", p, state, args, parents=parents)
+  y_r, st_r = jax.jit(reference.snapshot_tree_call, static_argnums=0)(cfg, p, state, args,
+                                                                       parents)
+  assert spec_error(y_k, y_r, cfg) < 2e-6
+  for e in (3, 0, 4):
+    assert spec_error(st_k.ssm[e][None], st_r.ssm[e][None], cfg) < 1e-6
+  assert_bitwise(st_k.conv, st_r.conv, "conv slots")
+  for e in (1, 2):
+    assert_bitwise(st_k.ssm[e], state.ssm[e], f"entry {e}")
+  chain = dev(np.tile(np.arange(-1, R - 1), (B, 1)), jnp.int32)
+  y_t, st_t = kern(cfg, "interpret", p, state, args, parents=chain)
+  y_l, st_l = kern(cfg, "interpret", p, state, args)
+  assert_bitwise(y_t, y_l, "y")
+  assert_bitwise(st_t.ssm, st_l.ssm, "ssm slots")
+  assert_bitwise(st_t.conv, st_l.conv, "conv slots")
+  with pytest.raises(NotImplementedError, match="snapshot mode"):
+    kern(cfg.replace(replay_mode="compact"), "interpret", p,
+         random_state(cfg.replace(replay_mode="compact"), E, rng=rng), args, parents=parents)

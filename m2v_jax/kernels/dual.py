@@ -43,12 +43,13 @@ def ancestors(anc_bits, KT):
   return (k < 31) & (((anc_bits[None, :] >> jnp.minimum(k, 30)) & 1) > 0)
 
 
-def path_decay(a_rows, anc):
-  """cum [KT]: for each row t, the sum of `a_rows` over its ancestors and itself, in row order
-  (a chain's `anc`, k <= t, gives `log_decay`'s sums bit for bit)."""
-  cum = jnp.zeros((anc.shape[1],), f32)
+def path_decay(a_rows, anc_bits):
+  """cum [KT]: for each row t, the sum of `a_rows` over its ancestors and itself (`anc_bits`
+  [KT] as in `ancestors`), in row order (a chain's bits give `log_decay`'s sums bit for bit)."""
+  cum = jnp.zeros(anc_bits.shape, f32)
   for k, a_k in enumerate(a_rows):
-    cum = cum + jnp.where(anc[k], a_k, 0.0)
+    on = ((anc_bits >> min(k, 30)) & 1) > 0
+    cum = cum + jnp.where(on & (k < 31), a_k, 0.0)
   return cum
 
 
@@ -63,8 +64,8 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32, anc=None):
     mm: `backend.Products`.
     cum: `log_decay` of the rows, if the caller has it.
     held: a type S's values are exact in (a stored 16-bit state: fewer product passes).
-    anc: [KT, KT] bool, a draft tree's `ancestors` (with `cum` from `path_decay`); None: a
-      chain (k <= t).
+    anc: [KT, KT] bool, a draft tree's `ancestors` (with `cum` from its `path_decay`); None:
+      a chain (k <= t).
   """
   KT = x.shape[0]
   if anc is not None and cum is None:

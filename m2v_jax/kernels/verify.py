@@ -8,6 +8,7 @@ import math
 import jax.numpy as jnp
 
 from m2v_jax import config as config_lib
+from m2v_jax import tree as tree_lib
 from m2v_jax.kernels import dual
 from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels import verify_conv
@@ -30,6 +31,8 @@ class Plan:
     interpret: Pallas interpret mode.
     check_shared: reject the sequences whose pool entry another sequence of the call also
       addresses, in the conv launch (not ruled out on the host).
+    tree: the rows form a draft tree (`parents`): each row's conv window and state come
+      from its parent's, y sums over its ancestors (snapshot mode, R <= capacity).
   """
 
   cfg: config_lib.Mamba2Config
@@ -43,6 +46,7 @@ class Plan:
   interpret: bool
   state_dtype: jnp.dtype = jnp.dtype(jnp.float32)
   check_shared: bool = False
+  tree: bool = False
 
   @property
   def compact(self) -> bool:
@@ -89,11 +93,16 @@ class Plan:
     return self.y_dtype != jnp.dtype(f32)
 
 
-def run(plan: Plan, params, state, args):
+def run(plan: Plan, params, state, args, parents=None):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
-  in a fold; new state)."""
-  prepped = verify_conv.conv(plan, params, state, args)
-  out = verify_ssm.ssm(plan, params, state, prepped, args)
+  in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent."""
+  tree_refs = {}
+  if plan.tree:
+    bits = tree_lib.ancestor_bits(parents)
+    tree_refs = dict(par_ref=jnp.asarray(parents, jnp.int32),
+                     bits_ref=jnp.pad(bits, [(0, 0), (0, plan.KT - plan.R)]))
+  prepped = verify_conv.conv(plan, params, state, args, tree_refs.get("par_ref"))
+  out = verify_ssm.ssm(plan, params, state, prepped, args, **tree_refs)
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       last_xbc=prepped["last_out_ref"], win_xb=prepped["wxb_out_ref"],

@@ -46,7 +46,7 @@ def _shared(idx_ref, b, entry, B):
 
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
-                 xbc_ref=None, dt_ref=None, w_ref, bias_ref, dtb_ref, conv_ref, last_ref=None,
+                 xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref, dtb_ref, conv_ref, last_ref=None,
                  wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None, wxb_out_ref=None,
                  wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref, prev_starts_ref=None,
                  prev_origin_ref=None, plan):
@@ -56,6 +56,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
     pend_ref, starts_ref, origin_ref  [E] int32       window bookkeeping (read only)
     xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
+    par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
     conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
     last_ref   [E, cap, C]                            -> last_out_ref (aliased)
@@ -100,7 +101,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
     # Compiled, the kept rows' loads before the barrier (one round trip; the window is read
     # before it is overwritten); interpreted, they run in a fori_loop: less to compile.
-    raws = [xbc_ref[b, i, cs] for i in range(body, R)] if R and triton else None
+    raws = ([xbc_ref[b, i, cs] for i in range(body, R)] if R and (triton or plan.tree)
+            else None)
     backend.barrier(plan.interpret)
 
     def store_conv(window, *slot):
@@ -134,7 +136,14 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       win = _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref)
       if plan.compact:
         store_conv(win)
-    if raws is not None:
+    if plan.tree:                      # each row from its parent's window (R <= capacity)
+      after = []
+      for i in range(R):
+        par, prev = par_ref[b, i], win
+        for j in range(i):
+          prev = [jnp.where(par == j, a, p) for a, p in zip(after[j], prev)]
+        after.append(new_row(i, raws[i], prev))
+    elif raws is not None:
       for i in range(body, R):
         win = new_row(i, raws[i - body], win)
     else:
@@ -217,8 +226,9 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
           for j in range(K1)]
 
 
-def conv(plan, params, state, args):
-  """Runs the conv launch of `plan` on `args` (`status.CallArgs`); returns its outputs by name."""
+def conv(plan, params, state, args, parents=None):
+  """Runs the conv launch of `plan` on `args` (`status.CallArgs`), with a tree's `parents`
+  [B, R] where `plan.tree`; returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
@@ -231,7 +241,7 @@ def conv(plan, params, state, args):
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
                   xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
-                  w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
+                  par_ref=parents if plan.tree else None, w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
                   conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
                   wxb_ref=state.win_xb if compact else None,
                   wdt_ref=state.win_dt if compact else None),

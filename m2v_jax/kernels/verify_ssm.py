@@ -20,7 +20,8 @@ FOLD_AHEAD = 1
 
 
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
-                prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, alog_ref, d_ref,
+                prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, par_ref=None,
+                bits_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
                 origin_ref=None, ssm_out_ref, pend_out_ref=None, starts_out_ref=None,
                 origin_out_ref=None, y_ref=None, plan):
@@ -32,6 +33,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
     z_ref [B, R, H*P]                                 optional gate
+    par_ref [B, R], bits_ref [B, KT] int32            a tree's parent rows and ancestor bits
     alog_ref, d_ref                   [H] f32
     ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
@@ -92,8 +94,11 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     live = (kt < L) & (t0 + kt < n)
-    cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], KT)
-    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held)  # [BP, KT]
+    a_rows = [jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)]
+    bits = bits_ref[b, pl.ds(0, KT)] if plan.tree else None
+    anc = None if bits is None else dual.ancestors(bits, KT)
+    cum = dual.log_decay(a_rows, KT) if bits is None else dual.path_decay(a_rows, bits)
+    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, KT]
     if not body and R == KT and not plan.has_z:
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
@@ -112,9 +117,17 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     def ahead(i):
       return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
 
+    def from_parent(i, S):            # a tree row whose parent is not the row before it
+      par = par_ref[b, t0 + i]
+      reload = (par >= 0) & (par != t0 + i - 1)
+      return lax.cond(reload, lambda: [ssm_out_ref[(e, jnp.maximum(par, 0)) + (h, ps, c)]
+                                       .astype(f32) for c in chunks], lambda: S)
+
     def step(i, carry):
       S, cur = carry
       loaded = ahead(i + 1)
+      if plan.tree:
+        S = from_parent(i, S)
       S = update(S, *cur)
       if store:
         store(S, i)
@@ -192,9 +205,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       lax.fori_loop(0, R, fill_row, 0)
 
 
-def ssm(plan, params, state, prepped, args):
-  """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs;
-  returns its outputs by name."""
+def ssm(plan, params, state, prepped, args, par_ref=None, bits_ref=None):
+  """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs,
+  with a tree's parents [B, R] and ancestor bits [B, KT] where `plan.tree`; returns its
+  outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
@@ -206,7 +220,8 @@ def ssm(plan, params, state, prepped, args):
                   fold_ref=prepped["fold_ref"], prev_starts_ref=prepped.get("prev_starts_ref"),
                   prev_origin_ref=prepped.get("prev_origin_ref"),
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
-                  z_ref=args.z if plan.has_z else None, alog_ref=params.A_log, d_ref=params.D,
+                  z_ref=args.z if plan.has_z else None, par_ref=par_ref, bits_ref=bits_ref,
+                  alog_ref=params.A_log, d_ref=params.D,
                   ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
                   wdt_ref=prepped.get("wdt_out_ref"),
                   pend_ref=state.pending if compact else None,
