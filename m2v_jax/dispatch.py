@@ -19,6 +19,7 @@ from m2v_jax import config as config_lib
 from m2v_jax import params as params_lib
 from m2v_jax import reference
 from m2v_jax import status
+from m2v_jax import tree as tree_lib
 from m2v_jax.kernels import chunk_conv
 from m2v_jax.kernels import chunk_scan
 from m2v_jax.kernels import rowmath
@@ -111,6 +112,17 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_s
       check_shared=check_shared, tree=tree)
 
 
+def check_tree(cfg, state, R):
+  """Raises unless a draft tree of R rows can run on `state`: NotImplementedError for compact
+  mode or a 16-bit state (not built yet), ValueError for R > capacity."""
+  if cfg.compact or jnp.dtype(state.ssm.dtype) != jnp.dtype(f32):
+    raise NotImplementedError("parents: draft trees run in snapshot mode with a float32 state "
+                              "for now (compact mode and 16-bit state are not built yet)")
+  if R > cfg.capacity:
+    raise ValueError(f"parents: a draft tree is one verify call of at most capacity="
+                     f"{cfg.capacity} rows, got R={R}")
+
+
 def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries_checked=True,
                 parents=None):
   """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state).
@@ -122,9 +134,7 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
-    if cfg.compact or jnp.dtype(state.ssm.dtype) != jnp.dtype(f32) or R > cfg.capacity:
-      raise NotImplementedError("parents: the kernels run draft trees in snapshot mode with a "
-                                "float32 state and at most capacity rows, for now")
+    check_tree(cfg, state, R)
   p = plan(cfg, backend, state, R, B=B, y_dtype=args.xbc.dtype, has_z=args.z is not None,
            tiles=tiles, check_shared=not entries_checked, tree=parents is not None)
   return verify_kernels.run(p, params, state, args, parents)
@@ -266,15 +276,16 @@ def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tile
                                              "chunk_tiles", "entries_checked"),
                    donate_argnums=(1,))
 def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_tiles=None,
-         entries_checked=True):
+         entries_checked=True, parents=None):
   """The jitted body of `verify` and `prefill`, the state (argument 1) donated.
 
   `args` as `m2v_jax.verify`'s after checking, its defaults (`status.call_args`) applied here
   if they were not; `chunked` picks the chunked path, `ragged` its per-sequence hand-off at
   num_rows (the reference's is `ragged_reference`), `chunk_tiles` its tiles;
   `entries_checked=False` rejects shared entries on the device (in the conv launch on the
-  verify kernels, by `status.reject_shared` otherwise). Raises ValueError for `ragged`
-  without `chunked`.
+  verify kernels, by `status.reject_shared` otherwise). `parents` [B, R] int32 runs a draft
+  tree (snapshot mode, a float32 state, R <= capacity); a sequence whose parents break the
+  rule (`tree.valid_parents`) is rejected. Raises ValueError for `ragged` without `chunked`.
   """
   if ragged and not chunked:
     raise ValueError("dispatch.call: ragged=True hands off at num_rows through the chunked "
@@ -282,9 +293,19 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
   args = status.call_args(*args)
   # Keeps XLA from constant-folding exp(A_log) (an ulp off the runtime exp) for closed-over params.
   params = lax.optimization_barrier(params)
+  if parents is not None:
+    if chunked:
+      raise ValueError("dispatch.call: a draft tree (parents) is a verify call, not chunked")
+    check_tree(cfg, state, args.xbc.shape[1])
+    # num_rows -1 rejects the sequence by the one validity rule.
+    args = args._replace(num_rows=jnp.where(tree_lib.valid_parents(parents), args.num_rows,
+                                            -1))
   if backend != config_lib.REFERENCE and not chunked:
-    return kernel_call(cfg, backend, params, state, args, entries_checked=entries_checked)
+    return kernel_call(cfg, backend, params, state, args, entries_checked=entries_checked,
+                       parents=parents)
   args = _unshared(args, state.ssm.shape[0], entries_checked)
+  if parents is not None:
+    return reference.snapshot_tree_call(cfg, params, state, args, parents)
   if backend == config_lib.REFERENCE:
     fn = reference.compact_call if cfg.compact else reference.snapshot_call
     return fn(cfg, params, state, args)

@@ -18,7 +18,7 @@ Mamba2Config = config_lib.Mamba2Config
 
 
 def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, state_row, *,
-           z=None, cache_indices=None, num_rows=None, backend: str | None = None):
+           z=None, cache_indices=None, num_rows=None, parents=None, backend: str | None = None):
   """Runs R <= capacity rows (the last token and R-1 drafts) through the conv and the SSM.
 
   Snapshot mode starts from slot `state_row[b]` and writes the state after row r to slot r;
@@ -37,6 +37,11 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     cache_indices: optional [B] int32 entries (-1: padding, y = 0); default arange(B). An
       entry shared by two sequences of a device array rejects both.
     num_rows: optional [B] int32 in [1, R]; later rows change nothing and give y = 0.
+    parents: optional [B, R] int32, a draft tree: each row's parent row, -1 for row 0 (the
+      root) and 0 <= parents[b, r] < r after it; each row then runs from its parent's state
+      and conv window, and y sums over its ancestors (docs/semantics.md, "Draft trees").
+      Snapshot mode with a float32 state only, for now; device values that break the rule
+      reject their sequence.
     backend: "pallas", "interpret", "reference", or None (`resolve_backend`).
 
   Returns:
@@ -44,21 +49,29 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     and an untouched entry.
 
   Raises:
-    ValueError / TypeError: bad shapes or dtypes, R > capacity, host indices out of range or shared.
+    ValueError / TypeError: bad shapes or dtypes, R > capacity, host indices out of range or
+      shared, host `parents` that break the rule.
+    NotImplementedError: `parents` in compact mode or with a 16-bit state.
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, num_rows = checks.call(
       cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=True)
   checks.backend(cfg, backend)
-  return _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend)
+  if parents is not None:
+    parents = checks.parents(parents, xbc.shape[0], xbc.shape[1])
+    dispatch.check_tree(cfg, state, xbc.shape[1])
+  return _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend,
+                 parents)
 
 
-def _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend):
+def _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend,
+            parents=None):
   """`verify` on arguments that `checks.call` and `checks.backend` passed (`dispatch.call`
   applies their defaults inside its jit)."""
   args = status.CallArgs(xbc, dt, state_row, z, cache_indices, num_rows)
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=False,
-                       ragged=False, entries_checked=checks.entries_checked(cache_indices))
+                       ragged=False, entries_checked=checks.entries_checked(cache_indices),
+                       parents=parents)
 
 
 def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, state_row, *,

@@ -31,6 +31,15 @@ def ancestor_bits(parents):
   return bits
 
 
+def valid_parents(parents):
+  """[B, R] `parents` -> [B] bool: -1 at row 0 and 0 <= parents[b, r] < r after it (the
+  device-side form of `checks.parents`)."""
+  parents = jnp.asarray(parents, jnp.int32)
+  r = jnp.arange(parents.shape[1], dtype=jnp.int32)[None, :]
+  ok = jnp.where(r == 0, parents == -1, (parents >= 0) & (parents < r))
+  return jnp.all(ok, axis=1)
+
+
 def conv_rows(cfg, params, conv0, xbc, parents):
   """The causal conv of a tree call, each row over its ancestors' raw inputs.
 

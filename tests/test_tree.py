@@ -219,3 +219,56 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   with pytest.raises(NotImplementedError, match="snapshot mode"):
     kern(cfg.replace(replay_mode="compact"), "interpret", p,
          random_state(cfg.replace(replay_mode="compact"), E, rng=rng), args, parents=parents)
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret",
+                                     pytest.param("pallas", marks=pytest.mark.gpu)])
+def test_verify_takes_a_tree(backend):
+  """`m2v_jax.verify(..., parents=...)`: y and the pool as the reference's tree call; device
+  parents that break the rule reject their sequence (NaN y, entry untouched); host ones raise
+  naming the row; compact mode and a 16-bit state raise NotImplementedError; a chain is the
+  linear call bitwise."""
+  import jax
+  from m2v_jax import reference, status
+  from tests.helpers import copy_state, random_state, spec_error
+  cfg = small_cfg()
+  p = m.random_params(cfg, 40)
+  rng = np.random.default_rng(40)
+  E, B, R = 4, 3, 8
+  state = random_state(cfg, E, rng=rng)
+  xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
+  parents = random_parents(rng, B, R)
+  rows, ci = np.array([1, 0, 3], np.int32), np.array([2, 0, 3], np.int32)
+  args = status.call_args(xbc, dt, rows, None, ci)
+  y_r, st_r = jax.jit(reference.snapshot_tree_call, static_argnums=0)(
+      cfg, p, state, args, dev(parents, jnp.int32))
+  y, st = m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci,
+                   parents=parents, backend=backend)
+  assert spec_error(y, y_r, cfg) < 2e-6
+  for e in ci:
+    assert spec_error(st.ssm[e][None], st_r.ssm[e][None], cfg) < 1e-6
+  bad = parents.copy()
+  bad[1, 5] = 6                                            # a parent after its child
+  y, st = m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci,
+                   parents=dev(bad, jnp.int32), backend=backend)
+  assert np.all(np.isnan(np.asarray(y[1]))) and not np.any(np.isnan(np.asarray(y[0])))
+  assert_bitwise(st.ssm[0], state.ssm[0], "the rejected sequence's entry")
+  assert_bitwise(st.conv[0], state.conv[0], "the rejected sequence's conv")
+  with pytest.raises(ValueError, match=r"parents\[1, 5\]=6"):
+    m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci, parents=bad,
+             backend=backend)
+  comp = cfg.replace(replay_mode="compact")
+  with pytest.raises(NotImplementedError, match="snapshot mode"):
+    m.verify(comp, p, random_state(comp, E, rng=rng), xbc, dt, np.zeros(B, np.int32),
+             cache_indices=ci, parents=parents, backend=backend)
+  half = random_state(cfg, E, rng=rng)._replace(ssm=state.ssm.astype(jnp.bfloat16))
+  with pytest.raises(NotImplementedError, match="float32 state"):
+    m.verify(cfg, p, half, xbc, dt, rows, cache_indices=ci, parents=parents, backend=backend)
+  chain = np.tile(np.arange(-1, R - 1), (B, 1)).astype(np.int32)
+  y_t, st_t = m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci,
+                       parents=chain, backend=backend)
+  y_l, st_l = m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci,
+                       backend=backend)
+  assert_bitwise(y_t, y_l, "y")
+  assert_bitwise(st_t.ssm, st_l.ssm, "ssm")
+  assert_bitwise(st_t.conv, st_l.conv, "conv")
