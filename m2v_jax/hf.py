@@ -229,15 +229,15 @@ def init_states(cfg: ModelConfig, num_entries: int, dtype=jnp.float32, **kw):
 
 def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
             num_rows=None, cache_indices=None, prefill: bool = False, chunked=None,
-            cu_seqlens=None, backend: str | None = None, dtype=jnp.float32):
+            cu_seqlens=None, parents=None, backend: str | None = None, dtype=jnp.float32):
   """Logits of R rows of each sequence through a model of Mamba layers only.
 
   Args:
     cfg, params: from `load`.
     states: one pool per Mamba layer (`init_states`).
     tokens: [B, R] int token ids.
-    state_row, num_rows, cache_indices: as `m2v_jax.verify` (with `prefill`, num_rows is
-      each prompt's length).
+    state_row, num_rows, cache_indices, parents: as `m2v_jax.verify` (with `prefill`,
+      num_rows is each prompt's length; `parents`: a draft tree of `tokens`, verify only).
     prefill: `m2v_jax.prefill` (any R) instead of a verify call.
     cu_seqlens: [S+1] int32: prompts packed back to back in `tokens` [T]
       (`m2v_jax.prefill_packed`); logits [T, V].
@@ -262,7 +262,7 @@ def forward(cfg: ModelConfig, params: ModelParams, states, tokens, state_row, *,
     h = rms_norm(x, lw.norm, cfg.norm_eps).astype(dtype)
     out, st = layer_lib.mixer(cfg.mixer, lw.mixer, st, h, state_row, cache_indices=cache_indices,
                               num_rows=num_rows, prefill=prefill, chunked=chunked,
-                              cu_seqlens=cu_seqlens, backend=backend)
+                              cu_seqlens=cu_seqlens, parents=parents, backend=backend)
     new_states.append(st)
     x = x + out.astype(f32)
   logits = layer_lib.project(rms_norm(x, params.norm_f, cfg.norm_eps), params.lm_head.T)

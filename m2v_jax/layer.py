@@ -124,7 +124,7 @@ def project(a, w, dtype=f32):
 
 def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
           cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
-          cu_seqlens=None, backend: str | None = None):
+          cu_seqlens=None, parents=None, backend: str | None = None):
   """One mixer layer over R rows of each sequence, or over prompts packed back to back.
 
   Args:
@@ -132,7 +132,8 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
     state: the pool (`init_state(cfg.ssm, ...)`); donated when run eagerly.
     hidden: [B, R, d_model], float32, bfloat16 or float16 (the activation dtype); [T, d_model]
       with `cu_seqlens`.
-    state_row, cache_indices, num_rows, backend: as `m2v_jax.verify`.
+    state_row, cache_indices, num_rows, parents, backend: as `m2v_jax.verify` (`parents`: a
+      draft tree, verify calls only).
     prefill, chunked: run `m2v_jax.prefill` (any R, ragged with num_rows) instead of verify.
     cu_seqlens: [S+1] int32: run `m2v_jax.prefill_packed` on the prompts at these offsets.
 
@@ -146,14 +147,17 @@ def mixer(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
   check_params(cfg, params)
   return mixer_partial(cfg, params, state, hidden, state_row, cache_indices=cache_indices,
                        num_rows=num_rows, prefill=prefill, chunked=chunked,
-                       cu_seqlens=cu_seqlens, backend=backend, out_dtype=hidden.dtype)
+                       cu_seqlens=cu_seqlens, parents=parents, backend=backend,
+                       out_dtype=hidden.dtype)
 
 
 def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_row, *,
                   cache_indices=None, num_rows=None, prefill: bool = False, chunked=None,
-                  cu_seqlens=None, backend: str | None = None, out_dtype=f32):
+                  cu_seqlens=None, parents=None, backend: str | None = None, out_dtype=f32):
   """`mixer` with out_proj's product in `out_dtype` (float32: a head shard's partial sum);
   params unchecked."""
+  if parents is not None and (prefill or cu_seqlens is not None):
+    raise ValueError("parents: a draft tree is a verify call; prefill takes none")
   dtype = hidden.dtype
   z, xbc, dt = split_projection(cfg, project(hidden, params.in_proj, dtype))
   if cu_seqlens is not None:
@@ -172,7 +176,8 @@ def mixer_partial(cfg: MixerConfig, params: MixerParams, state, hidden, state_ro
     if hidden.shape[1] == 1 and cfg.decode_dt_limit is not None:
       ssm = ssm.replace(dt_limit=cfg.decode_dt_limit)
     y, state = ops.verify(ssm, params.ssm, state, xbc, dt, state_row,
-                          cache_indices=cache_indices, num_rows=num_rows, backend=backend)
+                          cache_indices=cache_indices, num_rows=num_rows, parents=parents,
+                          backend=backend)
   g = gated_rms_norm(y, z, params.norm_weight, cfg.groups, cfg.norm_eps)
   return project(g, params.out_proj, out_dtype), state
 

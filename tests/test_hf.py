@@ -323,3 +323,25 @@ def test_sharded_checkpoint_reads_only_the_mamba_layers(tmp_path):
   _, want = hf.load(FIXTURE)
   for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(want)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_a_draft_tree_through_the_model(backend):
+  """After the prompt, one verify call of a draft tree: the greedy token at the root, a wrong
+  branch of three tokens, and the greedy continuation as a second branch. The root and the
+  greedy branch give transformers' decode logits; the next call, from the branch's last row,
+  gives the next step's logits."""
+  cfg, p, states, logits = HFChecks._prefill(type("C", (), {"backend": backend})(), "snapshot")
+  gold = GOLDEN["tokens"]
+  assert int(np.argmax(logits[-1])) == gold[0] and cfg.mixer.ssm.capacity >= 7
+  wrong = (gold[1:4] + 1) % GOLDEN["step_logits"].shape[-1]
+  tokens = np.array([[gold[0], *wrong, *gold[1:4]]])
+  parents = np.array([[-1, 0, 1, 2, 0, 4, 5]], np.int32)
+  out, states = hf.forward(cfg, p, states, tokens, np.array([cfg.mixer.ssm.capacity - 1]),
+                           parents=parents, backend=backend)
+  for row, step in ((0, 1), (4, 2), (5, 3), (6, 4)):
+    assert rel(out[0, row], GOLDEN["step_logits"][step]) < 1e-5, row
+  assert rel(out[0, 1], GOLDEN["step_logits"][2]) > 1e-3          # the wrong branch differs
+  out, _ = hf.forward(cfg, p, states, np.array([[gold[4]]]), np.array([6], np.int32),
+                      backend=backend)
+  assert rel(out[0, 0], GOLDEN["step_logits"][5]) < 1e-5
