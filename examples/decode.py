@@ -13,6 +13,12 @@ and checks that
 * (with --compare_modes) snapshot and compact replay produce the same tokens and the same
   acceptance counts.
 
+With --tree_branches > 1 (the default, 2) it also decodes in snapshot mode with draft trees
+of the same rows per call: the continuations of several earlier occurrences of the matched
+n-gram, merged into a trie (`lookup_tree`), verified in one call (`parents`); the accepted
+path is walked from the root. Its output is checked against greedy the same way, and its
+tokens per call are printed beside the chain's.
+
 Any mismatch ends the program with exit status 1. Speeds: after compiling both steps and a
 warm-up, every variant (speculative decoding in each mode, greedy decoding) runs --repeats
 times in rotating order; tokens/s are the median and range over those runs, and the speed-up
@@ -75,6 +81,9 @@ flags.DEFINE_integer("ngram", 3, "longest n-gram the prompt-lookup drafter match
 flags.DEFINE_enum("replay_mode", "snapshot", ["snapshot", "compact", "0", "1"],
                   "replay mode (ONNX Runtime's 0 | 1 = snapshot | compact)")
 flags.DEFINE_bool("compare_modes", True, "also decode in the other mode and compare")
+flags.DEFINE_integer("tree_branches", 2, "also decode with draft trees of up to this many "
+                     "branches (snapshot mode, the same rows per call); 1: chains only",
+                     lower_bound=1)
 flags.DEFINE_string("backend", None, "m2v_jax backend (default: pallas on GPU, else reference)")
 flags.DEFINE_bool("quiet", False, "do not stream the generated text")
 flags.DEFINE_integer("repeats", 3, "timed runs of each variant (speculative per mode, greedy), "
@@ -100,6 +109,41 @@ def lookup_drafts(tokens: bytes, k: int, max_ngram: int) -> bytes:
   return b""
 
 
+def lookup_tree(tokens: bytes, k: int, max_ngram: int, branches: int):
+  """A draft tree of up to k bytes: the continuations of the latest `branches` earlier
+  occurrences of the longest suffix n-gram that has any, with distinct continuations, merged
+  into a trie and grown a level at a time across them. Returns (draft bytes, parents): node i
+  (1-based; node 0 is the last token) holds byte i - 1 under node parents[i - 1]."""
+  conts = []
+  for n in range(max_ngram, 0, -1):
+    if len(tokens) <= n:
+      continue
+    end = len(tokens) - 1
+    while len(conts) < branches:
+      at = tokens.rfind(tokens[-n:], 0, end)
+      if at < 0:
+        break
+      follow = tokens[at + n:at + n + k]
+      if follow and all(not c.startswith(follow) and not follow.startswith(c) for c in conts):
+        conts.append(follow)
+      end = at + n - 1
+    if conts:
+      break
+  drafts, parents, child = bytearray(), [], {}
+  at = [0] * len(conts)                          # each continuation's node so far
+  for depth in range(k):
+    for b, c in enumerate(conts):
+      if depth >= len(c) or at[b] < 0 or len(drafts) >= k:
+        continue
+      key = (at[b], c[depth])
+      if key not in child:
+        drafts.append(c[depth])
+        parents.append(at[b])
+        child[key] = len(drafts)
+      at[b] = child[key]
+  return bytes(drafts), parents
+
+
 def whitespace_note(text: bytes) -> str:
   """A line saying what was generated when it is only whitespace (else ""), so that blank
   output does not look like a hang."""
@@ -118,13 +162,14 @@ class Decoder:
     self.params, self.R, self.backend = params, rows, backend
 
     def mk(prefill):
-      def step(params, states, tokens, state_row, num_rows=None):
+      def step(params, states, tokens, state_row, num_rows=None, parents=None):
         return hf.forward(self.cfg, params, states, tokens, state_row, num_rows=num_rows,
-                          prefill=prefill, backend=backend)
+                          parents=parents, prefill=prefill, backend=backend)
       return jax.jit(step, donate_argnums=(1,))
 
     self._prefill_jit, self._verify_jit = mk(True), mk(False)
     self._prefill, self._verify = self._prefill_jit, self._verify_jit
+    self._verify_tree = self._verify_jit
 
   def fresh_states(self):
     return hf.init_states(self.cfg, 1, jnp.float32)
@@ -137,6 +182,9 @@ class Decoder:
                                             i32(1)).compile()
     self._verify = self._verify_jit.lower(self.params, states, i32(1, self.R), i32(1),
                                           i32(1)).compile()
+    if self.cfg.mixer.ssm.replay_mode == "snapshot":
+      self._verify_tree = self._verify_jit.lower(self.params, states, i32(1, self.R), i32(1),
+                                                 i32(1), i32(1, self.R)).compile()
 
   def prefill(self, prompt: bytes):
     states = self.fresh_states()
@@ -154,9 +202,11 @@ class Decoder:
     last = np.sort(np.asarray(logits, np.float64)[0, -1])
     return float((last[-1] - last[-2]) / np.max(np.abs(last)))
 
-  def run(self, prompt: bytes, max_new: int, speculative: bool, ngram: int, stream=None):
-    """Decodes max_new bytes. Returns (generated bytes, accepted drafts per call, seconds,
-    prefill seconds, drafts proposed per call)."""
+  def run(self, prompt: bytes, max_new: int, speculative: bool, ngram: int, stream=None,
+          branches: int = 1):
+    """Decodes max_new bytes; `branches` > 1 drafts a tree (`lookup_tree`, snapshot mode).
+    Returns (generated bytes, accepted drafts per call, seconds, prefill seconds, drafts
+    proposed per call)."""
     t0 = time.perf_counter()
     nxt, states, row = self.prefill(prompt)
     t_prefill = time.perf_counter() - t0
@@ -169,25 +219,41 @@ class Decoder:
         stream(bytes([nxt]))
       if len(out) >= max_new:
         break
-      drafts = lookup_drafts(bytes(text), self.R - 1, ngram) if speculative else b""
+      tree = speculative and branches > 1
+      if tree:
+        drafts, parents = lookup_tree(bytes(text), self.R - 1, ngram, branches)
+      else:
+        drafts = lookup_drafts(bytes(text), self.R - 1, ngram) if speculative else b""
+        parents = list(range(len(drafts)))
       toks = np.zeros((1, self.R), np.int32)
       toks[0, 0] = nxt
       toks[0, 1:1 + len(drafts)] = np.frombuffer(drafts, np.uint8)
       n = 1 + len(drafts)
-      logits, states = self._verify(self.params, states, jnp.asarray(toks),
-                                    jnp.asarray([row], jnp.int32), jnp.asarray([n], jnp.int32))
+      call = (self.params, states, jnp.asarray(toks), jnp.asarray([row], jnp.int32),
+              jnp.asarray([n], jnp.int32))
+      if tree:           # rows past n: a chain (they do not run)
+        par = np.array([[-1] + parents + list(range(n - 1, self.R - 1))], np.int32)
+        logits, states = self._verify_tree(*call, jnp.asarray(par))
+      else:
+        logits, states = self._verify(*call)
       preds = np.argmax(np.asarray(logits)[0, :n], axis=-1)  # host: no compile for each n
-      k = 0
-      while k < len(drafts) and drafts[k] == preds[k]:
-        k += 1
-      accepted.append(k)
+      # Walk from the root: the child holding the predicted byte, while there is one.
+      path, node = [], 0
+      while True:
+        nxt_node = next((i + 1 for i, (b, p_) in enumerate(zip(drafts, parents))
+                         if p_ == node and b == preds[node]), None)
+        if nxt_node is None:
+          break
+        path.append(nxt_node)
+        node = nxt_node
+      accepted.append(len(path))
       proposed.append(len(drafts))
-      new = bytes(drafts[:k])
+      new = bytes(drafts[i - 1] for i in path)
       text.extend(new)
       out.extend(new)
       if stream and new:
         stream(new)
-      nxt, row = int(preds[k]), k
+      nxt, row = int(preds[node]), node
     return bytes(out[:max_new]), accepted, time.perf_counter() - t0, t_prefill, proposed
 
 
@@ -217,6 +283,7 @@ def main(argv):
         f"{backend}, mode: {mode}, rows per call: {FLAGS.rows}, prompt: {len(prompt)} bytes")
   others = [m for m in ("snapshot", "compact") if m != mode]
   modes = [mode] + (others if FLAGS.compare_modes else [])
+  tree = FLAGS.tree_branches > 1 and "snapshot" in modes
   decoders = {m: Decoder(cfg, params, m, FLAGS.rows, backend) for m in modes}
   print("compiling ...", flush=True)
   for d in decoders.values():
@@ -242,12 +309,16 @@ def main(argv):
 
   # Timed runs: every variant decodes the same tokens; their order rotates between repeats so
   # that no variant always runs first or last. tokens/s per run; speed-ups paired per repeat.
-  variants = [(m, True) for m in modes] + [(mode, False)]
+  # (mode, True): chain drafts; (mode, False): greedy; ("snapshot", "tree"): draft trees.
+  variants = [(m, True) for m in modes] + [(mode, False)] + ([("snapshot", "tree")] if tree
+                                                             else [])
   runs = {v: [] for v in variants}
   for r in range(FLAGS.repeats):
     k = r % len(variants)
     for v in variants[k:] + variants[:k]:
-      runs[v].append(decoders[v[0]].run(prompt, FLAGS.max_new_tokens, v[1], FLAGS.ngram))
+      runs[v].append(decoders[v[0]].run(
+          prompt, FLAGS.max_new_tokens, v[1] is not False, FLAGS.ngram,
+          branches=FLAGS.tree_branches if v[1] == "tree" else 1))
   rate = lambda res: len(res[0]) / res[2]
   spread = lambda xs: (f"{np.median(xs):.1f} (median of {len(xs)}; "
                        f"{min(xs):.1f}-{max(xs):.1f})")
@@ -264,6 +335,12 @@ def main(argv):
     print(f"speculative [{m}]: {len(res[0][0])} tokens, {len(res[0][1])} verify calls "
           f"({per_call(res[0]):.2f} tokens per call), tokens/s "
           f"{spread([rate(x) for x in res])}")
+  if tree:
+    res = runs[("snapshot", "tree")]
+    print(f"speculative tree [snapshot, up to {FLAGS.tree_branches} branches]: "
+          f"{len(res[0][0])} tokens, {len(res[0][1])} verify calls ({per_call(res[0]):.2f} "
+          f"tokens per call; {sum(res[0][1])} of {sum(res[0][4])} draft nodes accepted), "
+          f"tokens/s {spread([rate(x) for x in res])}")
   res = runs[(mode, False)]
   print(f"greedy [{mode}]: {len(greedy)} tokens, {len(res[0][1])} calls, tokens/s "
         f"{spread([rate(x) for x in res])}")
@@ -277,19 +354,21 @@ def main(argv):
         f"{min(speedup):.2f}-{max(speedup):.2f}x; at most about "
         f"{ceiling:.2f}x, the tokens per call{noise})")
   ties = []
-  for m, spec_run in ((m, True) for m in modes):
+  for m, spec_run in [(m, True) for m in modes] + ([("snapshot", "tree")] if tree else []):
     for i, res in enumerate(runs[(m, spec_run)]):
       if res[0] != greedy:
         first = next((j for j, (a, b) in enumerate(zip(res[0], greedy)) if a != b),
                      min(len(res[0]), len(greedy)))
         gap = decoders[mode].top_two_gap(prompt + greedy[:first])
         if gap < TIE_BOUND:
-          ties.append(f"[{m}] run {i} at byte {first} (top-two gap {gap:.1e})")
+          ties.append(f"[{m}{' tree' if spec_run == 'tree' else ''}] run {i} at byte "
+                      f"{first} (top-two gap {gap:.1e})")
         else:
           ok = False
-          print(f"FAIL: speculative [{m}] run {i} differs from greedy decoding at byte {first}, "
+          print(f"FAIL: speculative [{m}{' tree' if spec_run == 'tree' else ''}] run {i} "
+                f"differs from greedy decoding at byte {first}, "
                 f"where the greedy logits' top two are {gap:.1e} apart (bound {TIE_BOUND:.0e})")
-      if res[1] != acc:
+      if spec_run is True and res[1] != acc:
         ok = False
         print(f"FAIL: speculative [{m}] run {i}: acceptance counts differ from [{mode}] run 0")
   if ok:

@@ -107,7 +107,8 @@ def test_decoder_marks_the_prompt_and_reports_spread():
   assert "----- prompt (178 bytes) -----" in text
   assert "Unable to initialize backend" not in out.stderr    # JAX's INFO lines are quiet
   assert "----- generated (snapshot, speculative)" in text
-  assert text.count("(median of 2;") == 3          # two modes speculative, greedy
+  assert text.count("(median of 2;") == 4          # two modes speculative, the tree, greedy
+  assert "speculative tree [snapshot, up to 2 branches]" in text
   assert "median of 2 paired runs" in text
   assert "check: speculative output == greedy output" in text
 
@@ -116,3 +117,26 @@ def test_whitespace_note():
   assert decode.whitespace_note(b"  \n\t") == (
       "(the model generated only whitespace: 4 bytes, b'  \\n\\t')")
   assert decode.whitespace_note(b" x ") == ""
+
+
+def test_prompt_lookup_trees():
+  """Distinct continuations of the matched n-gram merge into a trie grown a level at a time;
+  parents come before their children; one continuation is a chain."""
+  assert decode.lookup_tree(b"abcXabcYab", 3, 3, 2) == (b"cYX", [0, 1, 1])
+  assert decode.lookup_tree(b"abcXabcYabcZab", 4, 3, 3) == (b"cZYX", [0, 1, 1, 1])
+  assert decode.lookup_tree(b"abcXabcXab", 3, 3, 2) == (b"cXa", [0, 1, 2])
+  assert decode.lookup_tree(b"xyz", 4, 3, 2) == (b"", [])
+  drafts, parents = decode.lookup_tree(b"ab1ab2ab3ab4ab", 7, 2, 3)
+  assert len(drafts) <= 7 and all(p_ <= i for i, p_ in enumerate(parents))
+
+
+def test_tree_drafts_decode_as_greedy(trained):
+  """The snapshot decoder with draft trees (reference backend) gives the greedy output and
+  accepts drafts."""
+  cfg, params, _ = trained
+  prompt = decode.DEFAULT_PROMPT.encode()
+  d = decode.Decoder(cfg, params, "snapshot", 8, "reference")
+  out, acc, *_ = d.run(prompt, 40, True, 3, branches=2)
+  greedy = d.run(prompt, 40, False, 3)[0]
+  assert out == greedy
+  assert sum(acc) > 0 and len(acc) < 40
