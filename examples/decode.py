@@ -13,7 +13,7 @@ and checks that
 * (with --compare_modes) snapshot and compact replay produce the same tokens and the same
   acceptance counts.
 
-With --tree_branches > 1 (the default, 2) it also decodes in snapshot mode with draft trees
+With --tree_branches > 1 (the default, 3) it also decodes in snapshot mode with draft trees
 of the same rows per call: the continuations of several earlier occurrences of the matched
 n-gram, merged into a trie (`lookup_tree`), verified in one call (`parents`); the accepted
 path is walked from the root. Its output is checked against greedy the same way, and its
@@ -81,7 +81,7 @@ flags.DEFINE_integer("ngram", 3, "longest n-gram the prompt-lookup drafter match
 flags.DEFINE_enum("replay_mode", "snapshot", ["snapshot", "compact", "0", "1"],
                   "replay mode (ONNX Runtime's 0 | 1 = snapshot | compact)")
 flags.DEFINE_bool("compare_modes", True, "also decode in the other mode and compare")
-flags.DEFINE_integer("tree_branches", 2, "also decode with draft trees of up to this many "
+flags.DEFINE_integer("tree_branches", 3, "also decode with draft trees of up to this many "
                      "branches (snapshot mode, the same rows per call); 1: chains only",
                      lower_bound=1)
 flags.DEFINE_string("backend", None, "m2v_jax backend (default: pallas on GPU, else reference)")

@@ -108,7 +108,7 @@ def test_decoder_marks_the_prompt_and_reports_spread():
   assert "Unable to initialize backend" not in out.stderr    # JAX's INFO lines are quiet
   assert "----- generated (snapshot, speculative)" in text
   assert text.count("(median of 2;") == 4          # two modes speculative, the tree, greedy
-  assert "speculative tree [snapshot, up to 2 branches]" in text
+  assert "speculative tree [snapshot, up to 3 branches]" in text
   assert "median of 2 paired runs" in text
   assert "check: speculative output == greedy output" in text
 
