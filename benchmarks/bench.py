@@ -443,16 +443,28 @@ def acceptance_table(rng, rounds, banks, B, R, vary_rows=False, p=ACCEPT_PROB):
 STATE_NAMES = {"float32": "", "bfloat16": " state=bf16", "float16": " state=f16"}
 
 
+def tree_table(rng, rounds, banks, B, R):
+  """Random draft trees [rounds, banks, B, R] int32: row 0 the root (-1), each later row's
+  parent drawn uniformly among the rows before it."""
+  r = np.arange(R)
+  par = np.floor(rng.random((rounds, banks, B, R)) * np.maximum(r, 1)).astype(np.int32)
+  par[..., 0] = -1
+  return par
+
+
 def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_calls=None,
-              state_dtype=jnp.float32, tiles=None, pooled=False):
+              state_dtype=jnp.float32, tiles=None, pooled=False, tree=False):
   """A Case whose calls draw `state_row` (and, with `vary_rows`, `num_rows`) from
   `acceptance_table`, a new draw for every call of a step, on a pool whose SSM state is
   stored in `state_dtype`, with the verify kernels' `tiles` (default: the table's); nbytes is
   the mean compulsory bytes of its calls. `pooled`: the `banks` sets are B-entry slices of
   one pool of banks * B entries (`cache_indices` pick them), as a serving engine's pool,
-  which keeps the step's arguments few."""
+  which keeps the step's arguments few. `tree`: every call verifies a random draft tree
+  (`tree_table`, snapshot mode)."""
   rounds = -(-(min_calls or _min_calls) // banks)
-  rows, nrows = acceptance_table(np.random.default_rng(seed), rounds, banks, B, R, vary_rows)
+  rng = np.random.default_rng(seed)
+  rows, nrows = acceptance_table(rng, rounds, banks, B, R, vary_rows)
+  trees = _per_call(tree_table(rng, rounds, banks, B, R)) if tree else None
   xbc, dt = _inputs(cfg, B, R, dtype)
   sets = 1 if pooled else banks
   entries = banks * B if pooled else B
@@ -462,16 +474,18 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   # Every call's index arrays are arguments of the step, as a serving loop passes them (one
   # table with a slice per call would add a device copy per call), and checked as the public
   # ops check device values (shared entries rejected on the device).
-  def fn(state, params, xbc, dt, rows, nrows, cis, call):
+  def fn(state, params, xbc, dt, rows, nrows, cis, trees, call):
     r, j = divmod(call[0], banks) if pooled else call
     nr = nrows[r][j] if vary_rows else nrows
     args = status.call_args(xbc, dt, rows[r][j], None, cis[j if pooled else 0], nr)
+    parents = None if trees is None else trees[r][j]
     if tiles is not None:
       y, state = dispatch.kernel_call(cfg, _backend_name, params, state, args, tiles,
-                                      entries_checked=False)
+                                      entries_checked=False, parents=parents)
     else:
       y, state = dispatch.call(params, state, args, cfg=cfg, backend=_backend_name,
-                               chunked=False, ragged=False, entries_checked=False)
+                               chunked=False, ragged=False, entries_checked=False,
+                               parents=parents)
     return state, y
 
   warm = None
@@ -488,13 +502,15 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
                           for r in range(rounds) for j in range(banks)]))
   name = (f"{cfg.replay_mode} B={B} R={R} row=accept" + (" num_rows=accept" if vary_rows else "")
           + (f" W={cfg.window}" if cfg.compact and cfg.deferred else "")
-          + STATE_NAMES[jnp.dtype(state_dtype).name] + f" {_backend_name}"
+          + STATE_NAMES[jnp.dtype(state_dtype).name] + (" tree" if tree else "")
+          + f" {_backend_name}"
           + (f" {_tiles_text(tiles)}" if tiles is not None else ""))
   return make_case(name, fn, lambda: state_lib.init_state(cfg, entries, dtype,
                                                          state_dtype=state_dtype),
                    sets, nbytes=nbytes, warm_fn=warm, rounds=rounds * banks // sets,
                    args=(params, xbc, dt, _per_call(rows),
-                         _per_call(nrows) if vary_rows else jnp.full((B,), R, jnp.int32), cis))
+                         _per_call(nrows) if vary_rows else jnp.full((B,), R, jnp.int32), cis,
+                         trees))
 
 
 def _per_call(table):
@@ -539,6 +555,31 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
                                busy=busy[b.name]))
       print(format_rows(rows_out[-len(cases):]), flush=True)
       del cases
+  return rows_out
+
+
+def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16)):
+  """Snapshot mode, draft trees against chains of the same rows (8 and 16, the capacity set
+  to them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
+  8-row chain. Ratio: the chain's time over the tree's."""
+  rows_out = []
+  params = params_lib.random_params(_geom)
+  for B in batches:
+    nb = max(2, min(banks, int(24 * (1 << 30) // (B * 40 * MiB))))
+    cases = {}
+    for R in sizes:
+      cfg = _geom.replace(capacity=R)
+      for tree in (False, True):
+        cases[(R, tree)] = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree)
+    t = time_cases(list(cases.values()), blocks)
+    for R in sizes:
+      a, b = cases[(R, False)], cases[(R, True)]
+      rows_out.append(_row(a, t[a.name], bw))
+      rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+    if 8 in sizes and 16 in sizes:
+      a, b = cases[(8, False)], cases[(16, True)]
+      rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+    print(format_rows(rows_out[-(2 * len(sizes) + 1):]), flush=True)
   return rows_out
 
 
@@ -855,7 +896,7 @@ def format_rows(rows) -> str:
 FLAGS = flags.FLAGS
 flags.DEFINE_list("suites", ["main", "batch", "loop", "prefill", "breakdown"],
                   "suites to run: main, batch, loop, flush, sweep, chunk_sweep, prefill, ragged, "
-                  "breakdown")
+                  "breakdown, tree")
 flags.DEFINE_string("out", None, "write the results as JSON here")
 flags.DEFINE_integer("banks", 8, "rotating state sets per case")
 flags.DEFINE_integer("min_calls", 16, "calls per timed dispatch (at least; fewer compile faster)")
@@ -938,6 +979,7 @@ def main(argv):
                                           kinds=FLAGS.prefill_cases),
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
+                tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches]),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),

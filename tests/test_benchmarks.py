@@ -40,3 +40,17 @@ def test_loop_and_flush_suites_name_their_variants(tmp_path):
       "compact B=2 R=8 row=mixed W=16 no flush reference",
       "compact B=2 R=8 row=mixed W=16 flush reference"]
   assert all(r["floor_us"] > 0 for r in data["loop"] + data["flush"])
+
+
+def test_tree_suite_times_trees_beside_chains(tmp_path):
+  out = tmp_path / "bench.json"
+  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=tree",
+            "--batches=2", "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2",
+            f"--out={out}")
+  assert res.returncode == 0, res.stderr[-2000:]
+  names = [r["name"] for r in json.loads(out.read_text())["tree"]]
+  assert names == ["snapshot B=2 R=8 row=accept reference",
+                   "snapshot B=2 R=8 row=accept tree reference",
+                   "snapshot B=2 R=16 row=accept reference",
+                   "snapshot B=2 R=16 row=accept tree reference",
+                   "snapshot B=2 R=16 row=accept tree reference"], names

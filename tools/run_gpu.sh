@@ -10,7 +10,7 @@
 # Stages (M2V_STAGES; default: gpu_tests main batch loop prefill breakdown decode sanitizer):
 #   gpu_tests    pytest -m gpu: the compiled variant of every kernel test class and the GPU-only
 #                checks (Bolt geometry, rounding canary, in-place updates, 2-GPU sharding)
-#   main batch loop flush prefill ragged breakdown sweep chunk_sweep
+#   main batch loop flush prefill ragged breakdown sweep chunk_sweep tree
 #                benchmarks/bench.py suites of those names (-> NAME.json)
 #   precision    tools/prefill_precision_error.py: the chunked prefill's error at each product
 #                precision against a float64 oracle (-> prefill_precision.json)
@@ -63,7 +63,7 @@ for s in $STAGES; do
                  $PY -m pytest --durations=15 -m gpu tests -p no:cacheprovider -p no:benchmark \
                  -n "${M2V_TEST_WORKERS:-12}" --timeout="${M2V_TEST_TIMEOUT:-240}" --timeout-method=thread \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
-    main|batch|loop|flush|prefill|ragged|breakdown|sweep|chunk_sweep)
+    main|batch|loop|flush|prefill|ragged|breakdown|sweep|chunk_sweep|tree)
       stage "$s" 200 $PY benchmarks/bench.py --suites="$s" --out="$OUT/$s.json" ${M2V_BENCH_ARGS:-} ;;
     precision) stage precision 200 $PY tools/prefill_precision_error.py \
                  --out="$OUT/prefill_precision.json" ;;
