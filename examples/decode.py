@@ -113,7 +113,7 @@ def lookup_tree(tokens: bytes, k: int, max_ngram: int, branches: int):
   """A draft tree of up to k bytes: the continuations of the latest `branches` earlier
   occurrences of the longest suffix n-gram that has any, with distinct continuations, merged
   into a trie and grown a level at a time across them. Returns (draft bytes, parents): node i
-  (1-based; node 0 is the last token) holds byte i - 1 under node parents[i - 1]."""
+  (1-based; node 0 is the last token) holds drafts[i - 1] under node parents[i - 1]."""
   conts = []
   for n in range(max_ngram, 0, -1):
     if len(tokens) <= n:
@@ -133,7 +133,7 @@ def lookup_tree(tokens: bytes, k: int, max_ngram: int, branches: int):
   at = [0] * len(conts)                          # each continuation's node so far
   for depth in range(k):
     for b, c in enumerate(conts):
-      if depth >= len(c) or at[b] < 0 or len(drafts) >= k:
+      if depth >= len(c) or len(drafts) >= k:
         continue
       key = (at[b], c[depth])
       if key not in child:

@@ -39,9 +39,9 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     num_rows: optional [B] int32 in [1, R]; later rows change nothing and give y = 0.
     parents: optional [B, R] int32, a draft tree: each row's parent row, -1 for row 0 (the
       root) and 0 <= parents[b, r] < r after it; each row then runs from its parent's state
-      and conv window, and y sums over its ancestors (docs/semantics.md, "Draft trees").
-      Snapshot mode with a float32 state only, for now; device values that break the rule
-      reject their sequence.
+      and conv window, and y sums over its ancestors (docs/semantics.md, "Draft trees"); at
+      most 31 rows. Snapshot mode with a float32 state only, for now; device values that
+      break the rule reject their sequence.
     backend: "pallas", "interpret", "reference", or None (`resolve_backend`).
 
   Returns:

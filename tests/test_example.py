@@ -128,6 +128,7 @@ def test_prompt_lookup_trees():
   assert decode.lookup_tree(b"xyz", 4, 3, 2) == (b"", [])
   drafts, parents = decode.lookup_tree(b"ab1ab2ab3ab4ab", 7, 2, 3)
   assert len(drafts) <= 7 and all(p_ <= i for i, p_ in enumerate(parents))
+  assert len(set(zip(parents, drafts))) == len(drafts)      # no node has two equal children
 
 
 def test_tree_drafts_decode_as_greedy(trained):

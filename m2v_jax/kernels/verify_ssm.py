@@ -120,8 +120,11 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     def from_parent(i, S):            # a tree row whose parent is not the row before it
       par = par_ref[b, t0 + i]
       reload = (par >= 0) & (par != t0 + i - 1)
-      return lax.cond(reload, lambda: [ssm_out_ref[(e, jnp.maximum(par, 0)) + (h, ps, c)]
-                                       .astype(f32) for c in chunks], lambda: S)
+      slot = jnp.clip(par, 0, R - 1)
+      # The slot's stores happen before its reload in every thread, whatever the two layouts.
+      backend.barrier(plan.interpret)
+      return lax.cond(reload, lambda: [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32)
+                                       for c in chunks], lambda: S)
 
     def step(i, carry):
       S, cur = carry
