@@ -1,13 +1,16 @@
 """The draft-tree oracle (`reference.tree_rows`) against chains, and `checks.parents`."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import checks
-from tests.helpers import (assert_bitwise, assert_close, dev, inputs, np_rows, random_parents,
-                           ref_rows, ref_tree_rows, small_cfg, tree_paths)
+from m2v_jax import checks, dispatch, reference, status, tree
+from m2v_jax.kernels import dual
+from tests.helpers import (assert_bitwise, assert_close, copy_state, dev, inputs, np_rows,
+                           random_parents, random_state, ref_rows, ref_tree_rows, small_cfg,
+                           spec_error, tree_paths)
 
 
 def max_rel(got, want):
@@ -15,6 +18,15 @@ def max_rel(got, want):
   got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
   assert np.all(np.isfinite(got))
   return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def _pool_inputs(seed, E, B, R):
+  """(cfg, params, rng, a random pool of E entries, xbc, dt of B sequences of R rows)."""
+  cfg = small_cfg()
+  rng = np.random.default_rng(seed)
+  state = random_state(cfg, E, rng=rng)
+  xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
+  return cfg, m.random_params(cfg, seed), rng, state, xbc, dt
 
 
 def _start(cfg, B, rng):
@@ -115,9 +127,6 @@ def test_snapshot_tree_call_matches_the_oracle(seed, use_z):
   """The reference's snapshot tree call (y in the dual form over each row's ancestors, each
   row's state from its parent's) against `tree_rows`: y within the contract's 2e-6, states and
   conv windows in their slots, padding and a rejected sequence untouched, num_rows honoured."""
-  import jax
-  from m2v_jax import reference, status
-  from tests.helpers import random_state, spec_error
   cfg = small_cfg()
   p = m.random_params(cfg, seed)
   rng = np.random.default_rng(20 + seed)
@@ -153,16 +162,8 @@ def test_snapshot_tree_call_matches_the_oracle(seed, use_z):
 def test_a_chain_tree_call_is_the_linear_call_bitwise():
   """parents[r] = r - 1 through the reference's tree call gives its linear snapshot call's y
   and pool bit for bit; the chain's ancestor sums are `log_decay`'s."""
-  import jax
-  from m2v_jax import reference, status, tree
-  from m2v_jax.kernels import dual
-  from tests.helpers import random_state
-  cfg = small_cfg()
-  p = m.random_params(cfg, 6)
-  rng = np.random.default_rng(6)
-  E, B, R = 4, 3, 8
-  state = random_state(cfg, E, rng=rng)
-  xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
+  cfg, p, rng, state, xbc, dt = _pool_inputs(6, E=4, B=3, R=8)
+  B, R = 3, 8
   args = status.call_args(xbc, dt, np.array([1, 0, 5], np.int32), None,
                           np.array([2, 0, 3], np.int32), np.array([8, 3, 7], np.int32))
   chain = dev(np.tile(np.arange(-1, R - 1), (B, 1)), jnp.int32)
@@ -194,9 +195,6 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   """The verify kernels (interpret mode) with `parents`: y, every slot's state and conv window
   against the reference's snapshot tree call (y within 2e-6, states 1e-6, windows bitwise),
   entries not addressed untouched; a chain's tree call is the linear kernel call bitwise."""
-  import jax
-  from m2v_jax import dispatch, reference, status
-  from tests.helpers import random_state, spec_error
   cfg = small_cfg()
   p = m.random_params(cfg, 30 + seed)
   rng = np.random.default_rng(30 + seed)
@@ -235,15 +233,8 @@ def test_verify_takes_a_tree(backend):
   parents that break the rule reject their sequence (NaN y, entry untouched); host ones raise
   naming the row; compact mode and a 16-bit state raise NotImplementedError; a chain is the
   linear call bitwise."""
-  import jax
-  from m2v_jax import reference, status
-  from tests.helpers import copy_state, random_state, spec_error
-  cfg = small_cfg()
-  p = m.random_params(cfg, 40)
-  rng = np.random.default_rng(40)
+  cfg, p, rng, state, xbc, dt = _pool_inputs(40, E=4, B=3, R=8)
   E, B, R = 4, 3, 8
-  state = random_state(cfg, E, rng=rng)
-  xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
   parents = random_parents(rng, B, R)
   rows, ci = np.array([1, 0, 3], np.int32), np.array([2, 0, 3], np.int32)
   args = status.call_args(xbc, dt, rows, None, ci)
