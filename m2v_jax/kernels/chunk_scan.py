@@ -393,7 +393,8 @@ def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0):
 
 
 def _own_from(plan: ChunkPlan, x, dtv, a_h, bm):
-  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and exp(acum_L)."""
+  """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and
+  exp(acum_L)."""
   x = x.astype(f32)
   acum, acum_l = _log_decay(dtv, a_h, plan.chunk)
   w_s = jnp.exp(acum_l - acum) * dtv

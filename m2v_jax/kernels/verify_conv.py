@@ -46,10 +46,10 @@ def _shared(idx_ref, b, entry, B):
 
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
-                 xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref, dtb_ref, conv_ref, last_ref=None,
-                 wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None, wxb_out_ref=None,
-                 wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref, prev_starts_ref=None,
-                 prev_origin_ref=None, plan):
+                 xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref, dtb_ref, conv_ref,
+                 last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None,
+                 wxb_out_ref=None, wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref,
+                 prev_starts_ref=None, prev_origin_ref=None, plan):
   """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does dt.
 
   Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
@@ -99,8 +99,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         win.append(jnp.where(q < K1, old, raw))
     else:
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
-    # Compiled, the kept rows' loads before the barrier (one round trip; the window is read
-    # before it is overwritten); interpreted, they run in a fori_loop: less to compile.
+    # Compiled (and in a tree), the kept rows' loads before the barrier (one round trip; the
+    # window is read before it is overwritten); interpreted, a fori_loop: less to compile.
     raws = ([xbc_ref[b, i, cs] for i in range(body, R)] if R and (triton or plan.tree)
             else None)
     backend.barrier(plan.interpret)
@@ -241,7 +241,8 @@ def conv(plan, params, state, args, parents=None):
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
                   xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
-                  par_ref=parents if plan.tree else None, w_ref=params.conv_weight, bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
+                  par_ref=parents if plan.tree else None, w_ref=params.conv_weight,
+                  bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
                   conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
                   wxb_ref=state.win_xb if compact else None,
                   wdt_ref=state.win_dt if compact else None),
