@@ -354,7 +354,7 @@ def main(argv):
         f"{min(speedup):.2f}-{max(speedup):.2f}x; at most about "
         f"{ceiling:.2f}x, the tokens per call{noise})")
   ties = []
-  for m, spec_run in [(m, True) for m in modes] + ([("snapshot", "tree")] if tree else []):
+  for m, spec_run in (v for v in variants if v[1] is not False):
     for i, res in enumerate(runs[(m, spec_run)]):
       if res[0] != greedy:
         first = next((j for j, (a, b) in enumerate(zip(res[0], greedy)) if a != b),

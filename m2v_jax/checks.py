@@ -301,9 +301,7 @@ def parents(parents, B, R):
     raise ValueError(f"parents: expected shape [{B}, {R}], got {list(arr.shape)}")
   if R > tree.MAX_ROWS:
     raise ValueError(f"parents: a tree call takes at most {tree.MAX_ROWS} rows, got {R}")
-  r = np.arange(R)[None, :]
-  ok = np.where(r == 0, arr == -1, (arr >= 0) & (arr < r))
-  bad = np.argwhere(~ok)
+  bad = np.argwhere(~tree.parent_ok(arr, xp=np))
   if bad.size:
     b, t = (int(v) for v in bad[0])
     want = "-1 (row 0 is the root)" if t == 0 else f"a parent row 0 <= parent < {t}"

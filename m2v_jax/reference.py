@@ -121,15 +121,11 @@ def tree_rows(cfg: config_lib.Mamba2Config, params: LayerParams, ssm0, conv0, xb
   parents = jnp.asarray(parents, jnp.int32)
   ssm0 = ssm0.astype(f32)
   win0 = jnp.swapaxes(conv0.astype(f32), 1, 2)                       # [B, K-1, C]
-  b_idx = jnp.arange(Bsz)
 
   def step(carry, inp):
     states, wins = carry                        # [B, R, H, P, N], [B, R, K-1, C]
     t, xb, d, zt, par = inp
-    root = (par < 0)
-    safe = jnp.maximum(par, 0)
-    st = jnp.where(root[:, None, None, None], ssm0, states[b_idx, safe])
-    win = jnp.where(root[:, None, None], win0, wins[b_idx, safe])
+    st, win = tree.from_parent(states, ssm0, par), tree.from_parent(wins, win0, par)
     v = xb.astype(f32)
     new_st, y = _one_row(cfg, params, taps, st, [win[:, j] for j in range(K - 1)], v, d, zt,
                          xbc.dtype)
@@ -349,11 +345,10 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
   if z is not None:
     y = rowmath.gate(y, z.astype(f32))
   y = jnp.where(live[..., None], y, 0.0)
-  b_idx = jnp.arange(Bsz)
 
   def step(states, inp):                 # each row's state from its parent's
     t, xr, br, dr, par, act = inp
-    st = jnp.where((par < 0)[:, None, None, None], ssm0, states[b_idx, jnp.maximum(par, 0)])
+    st = tree.from_parent(states, ssm0, par)
     dA = rowmath.decay(dr, params.A_log)[..., None, None]
     new = rowmath.state_update(st, dA, (dr[..., None] * xr)[..., None], br[..., None, :])
     return states.at[:, t].set(jnp.where(act[:, None, None, None], new, st)), None

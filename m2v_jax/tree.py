@@ -31,13 +31,25 @@ def ancestor_bits(parents):
   return bits
 
 
+def parent_ok(parents, xp=jnp):
+  """[B, R] `parents` -> [B, R] bool: -1 at row 0 (the root), 0 <= parents[b, r] < r after it.
+  The one rule: `checks.parents` applies it to host values (xp=numpy), `valid_parents` on the
+  device."""
+  r = xp.arange(parents.shape[1])[None, :]
+  return xp.where(r == 0, parents == -1, (parents >= 0) & (parents < r))
+
+
 def valid_parents(parents):
-  """[B, R] `parents` -> [B] bool: -1 at row 0 and 0 <= parents[b, r] < r after it (the
-  device-side form of `checks.parents`)."""
-  parents = jnp.asarray(parents, jnp.int32)
-  r = jnp.arange(parents.shape[1], dtype=jnp.int32)[None, :]
-  ok = jnp.where(r == 0, parents == -1, (parents >= 0) & (parents < r))
-  return jnp.all(ok, axis=1)
+  """[B, R] `parents` -> [B] bool: every row keeps `parent_ok`'s rule."""
+  return jnp.all(parent_ok(jnp.asarray(parents, jnp.int32)), axis=1)
+
+
+def from_parent(rows, start, parents):
+  """Each sequence's entry of `rows` [B, R, ...] at its row's parent, or `start` [B, ...] where
+  the parent is -1: the state (or conv window) a tree row starts from; parents [B]."""
+  above = rows[jnp.arange(rows.shape[0]), jnp.maximum(parents, 0)]
+  root = (parents < 0).reshape((-1,) + (1,) * (above.ndim - 1))
+  return jnp.where(root, start, above)
 
 
 def conv_rows(cfg, params, conv0, xbc, parents):
@@ -55,11 +67,10 @@ def conv_rows(cfg, params, conv0, xbc, parents):
   taps = [params.conv_weight[:, k] for k in range(K)]
   parents = jnp.asarray(parents, jnp.int32)
   win0 = jnp.swapaxes(conv0.astype(f32), 1, 2)                        # [B, K-1, C]
-  b_idx = jnp.arange(B)
 
   def step(wins, inp):
     t, xb, par = inp
-    win = jnp.where((par < 0)[:, None, None], win0, wins[b_idx, jnp.maximum(par, 0)])
+    win = from_parent(wins, win0, par)
     v = xb.astype(f32)
     out = rowmath.conv_output(taps, [win[:, j] for j in range(K - 1)] + [v], params.conv_bias,
                               xbc.dtype)
