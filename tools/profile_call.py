@@ -34,6 +34,8 @@ flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "acti
 flags.DEFINE_enum("state_dtype", "float32", ["bfloat16", "float16", "float32"],
                   "SSM state storage dtype")
 flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
+flags.DEFINE_bool("tree", False, "snapshot mode: every call verifies one random draft tree "
+                  "(each row's parent drawn among the rows before it)")
 flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_stages], then "
                     "any TileConfig field as :name=value, instead of the table's")
 
@@ -81,15 +83,22 @@ def main(argv):
     path = "chunked" if FLAGS.chunked else "unchunked"
     print(f"{FLAGS.calls + 1} {path} prefills of {cfg.replay_mode} B={B} R={R} done")
     return
+  parents = None
+  if FLAGS.tree:
+    if FLAGS.mode != "snapshot":
+      sys.exit("profile_call.py: --tree runs in snapshot mode")
+    par = np.floor(rng.random((B, R)) * np.maximum(np.arange(R), 1)).astype(np.int32)
+    par[:, 0] = -1
+    parents = jnp.asarray(par)
   # The index arrays are arguments (closed over, XLA rebuilds them with a kernel each call).
-  step = jax.jit(lambda s, r, ci, nr: dispatch.kernel_call(
-      cfg, backend, params, s, status.call_args(xbc, dt, r, None, ci, nr), tiles),
-      donate_argnums=0)
-  _, state = step(state, jnp.zeros((B,), jnp.int32), ci, nr)   # warm-up: R rows pending
+  step = jax.jit(lambda s, r, ci, nr, par: dispatch.kernel_call(
+      cfg, backend, params, s, status.call_args(xbc, dt, r, None, ci, nr), tiles,
+      parents=par), donate_argnums=0)
+  _, state = step(state, jnp.zeros((B,), jnp.int32), ci, nr, parents)   # warm-up
   for _ in range(FLAGS.calls):
-    y, state = step(state, rows, ci, nr)
+    y, state = step(state, rows, ci, nr, parents)
   jax.block_until_ready((y, state))
-  print(f"{FLAGS.calls} calls of {cfg.replay_mode} B={B} R={R} done; y finite: "
+  print(f"{FLAGS.calls} calls of {cfg.replay_mode} B={B} R={R}{' tree' if FLAGS.tree else ''} done; y finite: "
         f"{bool(jnp.all(jnp.isfinite(y.astype(jnp.float32))))}")
 
 
