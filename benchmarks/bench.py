@@ -565,8 +565,9 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16))
   rows_out = []
   params = params_lib.random_params(_geom)
   for B in batches:
-    # Four pools live at once: 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt, float32).
-    nb = max(2, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
+    # Four pools live at once: 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt, float32);
+    # one set each where two would not fit in 48 GiB (a set is then far past the L2).
+    nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
     cases = {}
     for R in sizes:
       cfg = _geom.replace(capacity=R)
