@@ -460,7 +460,7 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   the mean compulsory bytes of its calls. `pooled`: the `banks` sets are B-entry slices of
   one pool of banks * B entries (`cache_indices` pick them), as a serving engine's pool,
   which keeps the step's arguments few. `tree`: every call verifies a random draft tree
-  (`tree_table`, snapshot mode)."""
+  (`tree_table`)."""
   rounds = -(-(min_calls or _min_calls) // banks)
   rng = np.random.default_rng(seed)
   rows, nrows = acceptance_table(rng, rounds, banks, B, R, vary_rows)
@@ -558,30 +558,33 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
   return rows_out
 
 
-def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16)):
-  """Snapshot mode, draft trees against chains of the same rows (8 and 16, the capacity set
-  to them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
+def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
+               modes=(config_lib.SNAPSHOT, config_lib.COMPACT)):
+  """Each mode: draft trees against chains of the same rows (8 and 16, the capacity set to
+  them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
   8-row chain. Ratio: the chain's time over the tree's."""
   rows_out = []
   params = params_lib.random_params(_geom)
-  for B in batches:
-    # Four pools live at once: 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt, float32);
-    # one set each where two would not fit in 48 GiB (a set is then far past the L2).
-    nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
-    cases = {}
-    for R in sizes:
-      cfg = _geom.replace(capacity=R)
-      for tree in (False, True):
-        cases[(R, tree)] = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree)
-    t = time_cases(list(cases.values()), blocks)
-    for R in sizes:
-      a, b = cases[(R, False)], cases[(R, True)]
-      rows_out.append(_row(a, t[a.name], bw))
-      rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
-    if 8 in sizes and 16 in sizes:
-      a, b = cases[(8, False)], cases[(16, True)]
-      rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
-    print(format_rows(rows_out[-(2 * len(sizes) + 1):]), flush=True)
+  for mode in modes:
+    for B in batches:
+      # Snapshot: four pools live at once, 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt,
+      # float32); one set each where two would not fit in 48 GiB (then far past the L2).
+      nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
+      cases = {}
+      for R in sizes:
+        cfg = _geom.replace(capacity=R, replay_mode=mode)
+        for tree in (False, True):
+          cases[(R, tree)] = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree)
+      t = time_cases(list(cases.values()), blocks)
+      for R in sizes:
+        a, b = cases[(R, False)], cases[(R, True)]
+        rows_out.append(_row(a, t[a.name], bw))
+        rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+      if 8 in sizes and 16 in sizes:
+        a, b = cases[(8, False)], cases[(16, True)]
+        rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+      print(format_rows(rows_out[-(2 * len(sizes) + 1):]), flush=True)
+      del cases
   return rows_out
 
 

@@ -109,7 +109,8 @@ _AXES = {
                      "conv": ("conv_dim", "d_conv - 1"),
                      "last_xbc": ("capacity", "conv_dim"),
                      "win_xb": ("window + capacity", "d_inner + ngroups * dstate"),
-                     "win_dt": ("window + capacity", "nheads")},
+                     "win_dt": ("window + capacity", "nheads"),
+                     "last_bits": ("capacity",)},
 }
 
 

@@ -113,11 +113,15 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_s
 
 
 def check_tree(cfg, state, R):
-  """Raises unless a draft tree of R rows can run on `state`: NotImplementedError for compact
-  mode or a 16-bit state (not built yet), ValueError for R > capacity."""
-  if cfg.compact or jnp.dtype(state.ssm.dtype) != jnp.dtype(f32):
-    raise NotImplementedError("parents: draft trees run in snapshot mode with a float32 state "
-                              "for now (compact mode and 16-bit state are not built yet)")
+  """Raises unless a draft tree of R rows can run on `state`: NotImplementedError for a 16-bit
+  state (not built yet) or a compact window of more than 32 rows, ValueError for R >
+  capacity."""
+  if jnp.dtype(state.ssm.dtype) != jnp.dtype(f32):
+    raise NotImplementedError("parents: draft trees run with a float32 state for now (16-bit "
+                              "state is not built yet)")
+  if cfg.compact and not status.walks_paths(cfg):
+    raise NotImplementedError(f"parents: compact-mode draft trees need a window of at most 32 "
+                              f"rows (the pending rows' mask), got {cfg.window_rows}")
   if R > cfg.capacity:
     raise ValueError(f"parents: a draft tree is one verify call of at most capacity="
                      f"{cfg.capacity} rows, got R={R}")
@@ -305,6 +309,8 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
                        parents=parents)
   args = _unshared(args, state.ssm.shape[0], entries_checked)
   if parents is not None:
+    if cfg.compact:
+      return reference.compact_call(cfg, params, state, args, parents)
     return reference.snapshot_tree_call(cfg, params, state, args, parents)
   if backend == config_lib.REFERENCE:
     fn = reference.compact_call if cfg.compact else reference.snapshot_call

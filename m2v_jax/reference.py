@@ -313,22 +313,12 @@ _tree_outputs_all = jax.vmap(jax.vmap(_tree_outputs_one, in_axes=(0, 0, 0, 0, 0,
                              in_axes=(0, 0, 0, 0, 0, None, None, 0, 0))
 
 
-def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs, parents):
-  """Snapshot-mode call of a draft tree (`parents` [B, R], R <= capacity): y in the dual form
-  over each row's ancestors, row r's state and conv window in slot r. Returns (y in xbc.dtype,
-  SnapshotState)."""
-  E, S = state.ssm.shape[:2]
-  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
-  idx, n = args.cache_indices, args.num_rows
+def _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents):
+  """A draft tree's rows from ssm0 [B, H, P, N] f32 and conv0 [B, C, K-1]: (y [B, R, H*P] f32
+  over each row's ancestors, post-conv rows [B, KT, C] and processed dt [B, KT, H] (zero past
+  num_rows), the conv window after each row [B, R, C, K-1])."""
   Bsz, R = xbc.shape[:2]
-  if R > min(S, cfg.capacity):
-    raise ValueError(f"parents: a tree call takes at most capacity={cfg.capacity} rows, got {R}")
   KT = dual.tile_rows(cfg.capacity)
-  safe = status.safe_entry(idx, E)
-  valid, pad, _ = status.sequence_status(False, S, E, R, idx, state_row, n, None)
-  srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
-  ssm0, conv0 = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]
-  parents = jnp.asarray(parents, jnp.int32)
   post, wins = tree.conv_rows(cfg, params, conv0, xbc, parents)
   live = jnp.arange(R)[None, :] < n[:, None]                                 # [B, R]
   dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, cfg.dt_limit)
@@ -344,7 +334,27 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
   y = jnp.transpose(y, (0, 3, 1, 2))[:, :R].reshape(Bsz, R, cfg.d_inner)
   if z is not None:
     y = rowmath.gate(y, z.astype(f32))
-  y = jnp.where(live[..., None], y, 0.0)
+  return jnp.where(live[..., None], y, 0.0), post, dtp, wins
+
+
+def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs, parents):
+  """Snapshot-mode call of a draft tree (`parents` [B, R], R <= capacity): y in the dual form
+  over each row's ancestors, row r's state and conv window in slot r. Returns (y in xbc.dtype,
+  SnapshotState)."""
+  E, S = state.ssm.shape[:2]
+  xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
+  idx, n = args.cache_indices, args.num_rows
+  Bsz, R = xbc.shape[:2]
+  if R > min(S, cfg.capacity):
+    raise ValueError(f"parents: a tree call takes at most capacity={cfg.capacity} rows, got {R}")
+  safe = status.safe_entry(idx, E)
+  valid, pad, _ = status.sequence_status(False, S, E, R, idx, state_row, n, None)
+  srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
+  ssm0, conv0 = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]
+  parents = jnp.asarray(parents, jnp.int32)
+  y, post, dtp, wins = _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents)
+  x, bm, _, d = _split_rows(cfg, post, dtp)
+  live = jnp.arange(R)[None, :] < n[:, None]                                 # [B, R]
 
   def step(states, inp):                 # each row's state from its parent's
     t, xr, br, dr, par, act = inp
@@ -366,18 +376,45 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
 
 
 def _window_status(cfg, state: CompactState, state_row, safe):
+  """(rows_to_replay, the folded rows' `status.fold_path` mask or None where the pool does not
+  walk paths, the accepted row's `last_bits` (0 with nothing pending), starts, pending,
+  origin), each [B]."""
   starts, pending = state.starts[safe], state.pending[safe]
-  n_fold = status.rows_to_replay(cfg.window_rows, state_row, pending, jnp,
-                                 status.last_call_start(starts))
-  return n_fold, starts, pending, state.origin[safe]
+  first = status.last_call_start(starts)
+  n_fold = status.rows_to_replay(cfg.window_rows, state_row, pending, jnp, first)
+  path = row_bits = None
+  if status.walks_paths(cfg):
+    row = jnp.clip(state_row, 0, cfg.capacity - 1)
+    row_bits = jnp.where(pending > 0, state.last_bits[safe, row], 0)
+    path = status.fold_path(pending, first, row_bits)
+  return n_fold, path, row_bits, starts, pending, state.origin[safe]
+
+
+def path_window(raw, row_bits, K1):
+  """Positions [B, K1] in `raw` ([conv state (K1 columns); the last call's raw rows]) of the
+  conv window after the accepted row: the last K1 entries of [conv state; the row's path]."""
+  cap = raw.shape[1] - K1
+  r = jnp.arange(cap)[None, :]
+  on = ((row_bits[:, None] >> r) & 1) > 0                                     # [B, cap]
+  d = jnp.sum(on, axis=1)
+  rank = jnp.cumsum(on, axis=1) - 1                                           # [B, cap]
+  pos = []
+  for q in range(K1):
+    s = d + q                    # position in [conv state; path rows]
+    k = s - K1                   # path row k, where s >= K1
+    row = jnp.sum(jnp.where(on & (rank == k[:, None]), r, 0), axis=1)
+    pos.append(jnp.where(s < K1, s, K1 + row))
+  return jnp.stack(pos, axis=1)
 
 
 def fold(cfg, params, state: CompactState, state_row, safe):
-  """Folds pending rows up to `state_row` into the base, as the SSM kernel does.
+  """Folds the pending rows on the path to `state_row` into the base (`status.fold_path`), as
+  the SSM kernel does.
 
-  Returns (ssm [B, H, P, N] f32 rounded as stored, conv [B, C, K-1] f32, n_fold [B] int32).
+  Returns (ssm [B, H, P, N] f32 rounded as stored, conv [B, C, K-1] f32, rows_to_replay [B]
+  int32, the fold's path mask [B] int32 or None).
   """
-  n_fold, starts, pending, origin = _window_status(cfg, state, state_row, safe)
+  n_fold, path, row_bits, starts, pending, origin = _window_status(cfg, state, state_row, safe)
   W = cfg.window_rows
   j = jnp.arange(W)[None, :]
   rows = status.ring_row(cfg, origin[:, None], j)                             # [B, W]
@@ -385,20 +422,26 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   x, bm, _, d = _split_rows(cfg, take(state.win_xb[safe]), take(state.win_dt[safe]))
   sw = lambda a: jnp.swapaxes(a, 1, 2)
   began = (((starts[:, None] >> j) & 1) > 0) & (j > 0) if cfg.deferred else None
-  S, _ = _advance(params, state.ssm[safe].astype(f32), sw(x), sw(bm), sw(d),
-                  j < n_fold[:, None], began, state.ssm.dtype)
+  on = j < n_fold[:, None] if path is None else ((path[:, None] >> j) & 1) > 0
+  S, _ = _advance(params, state.ssm[safe].astype(f32), sw(x), sw(bm), sw(d), on, began,
+                  state.ssm.dtype)
   S = round_state(S, state.ssm.dtype)
   K1 = cfg.d_conv - 1
   raw = jnp.concatenate([jnp.swapaxes(state.conv[safe], 1, 2).astype(f32),
                          state.last_xbc[safe].astype(f32)], axis=1)           # [B, K1+cap, C]
-  off = jnp.where(pending > 0, state_row + 1, 0)
-  pos = jnp.clip(off[:, None] + jnp.arange(K1)[None, :], 0, raw.shape[1] - 1)
+  if row_bits is None:
+    off = jnp.where(pending > 0, state_row + 1, 0)
+    pos = jnp.clip(off[:, None] + jnp.arange(K1)[None, :], 0, raw.shape[1] - 1)
+  else:
+    pos = path_window(raw, row_bits, K1)
   conv = jnp.swapaxes(jnp.take_along_axis(raw, pos[..., None], axis=1), 1, 2)
-  return S, conv, n_fold
+  return S, conv, n_fold, path
 
 
-def compact_call(cfg, params, state: CompactState, args: status.CallArgs):
-  """Compact-replay call of `args`. Returns (y in xbc.dtype, CompactState)."""
+def compact_call(cfg, params, state: CompactState, args: status.CallArgs, parents=None):
+  """Compact-replay call of `args`; `parents` [B, R] (R <= capacity) makes it a draft tree's
+  (y over each row's ancestors, its rows kept pending with their `last_bits`). Returns (y in
+  xbc.dtype, CompactState)."""
   E = state.ssm.shape[0]
   cap, Q = cfg.capacity, cfg.ring_rows
   xbc, dt, z, state_row = args.xbc, args.dt, args.z, args.state_row
@@ -408,13 +451,21 @@ def compact_call(cfg, params, state: CompactState, args: status.CallArgs):
   valid, pad, n_fold = status.sequence_status(True, cap, E, R, idx, state_row, n,
                                               state.pending[safe], starts=state.starts[safe],
                                               W=cfg.window_rows)
-  ssm0, conv0, _ = fold(cfg, params, state, state_row, safe)
+  ssm0, conv0, _, path = fold(cfg, params, state, state_row, safe)
   starts, origin = state.starts[safe], state.origin[safe]
-  flush = status.flushes(cfg, R, n_fold, n)
+  flush = status.flushes(cfg, R, n_fold, n, path=path)
   _, new_pending, new_starts = status.window_after(cfg, R, n_fold, n, starts, flush)
   body = max(R - cap, 0)
-  y, S_body, _, wins, post, dtp = _call_rows(cfg, params, ssm0, conv0, xbc, dt, z, n,
-                                             state.ssm.dtype, slots=False)
+  if parents is None:
+    y, S_body, _, wins, post, dtp = _call_rows(cfg, params, ssm0, conv0, xbc, dt, z, n,
+                                               state.ssm.dtype, slots=False)
+    bits = status.chain_bits(jnp.arange(R - body, dtype=jnp.int32))[None, :]
+  else:
+    if R > cap:
+      raise ValueError(f"parents: a tree call takes at most capacity={cap} rows, got {R}")
+    parents = jnp.asarray(parents, jnp.int32)
+    y, post, dtp, _ = _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents)
+    bits = tree.ancestor_bits(parents)
   base = S_body if body else ssm0
   conv_base = wins[:, 0] if body else conv0            # the window after row body - 1
   # Kept row i goes to last_xbc row i - body and ring row ring_row(origin, n_fold + i - body).
@@ -423,6 +474,9 @@ def compact_call(cfg, params, state: CompactState, args: status.CallArgs):
   cur = state.last_xbc[safe]
   last = jnp.concatenate([jnp.where(kept[..., None], xbc[:, body:].astype(cur.dtype),
                                     cur[:, :nk]), cur[:, nk:]], axis=1)
+  cur_bits = state.last_bits[safe]
+  last_bits = jnp.concatenate([jnp.where(kept, bits, cur_bits[:, :nk]), cur_bits[:, nk:]],
+                              axis=1)
   ring = status.ring_row(cfg, origin[:, None], n_fold[:, None] + jnp.arange(nk)[None, :])
   target = jnp.where(kept, ring, Q)                                         # Q: dropped
   b_idx = jnp.arange(Bsz)[:, None]
@@ -441,6 +495,7 @@ def compact_call(cfg, params, state: CompactState, args: status.CallArgs):
       pending=_scatter(state.pending, idx, valid, new_pending),
       starts=_scatter(state.starts, idx, valid, new_starts),
       origin=_scatter(state.origin, idx, valid, status.ring_origin(cfg, origin, n_fold, flush)),
+      last_bits=_scatter(state.last_bits, idx, valid, last_bits),
   )
   return finish_y(y, valid, pad, xbc.dtype), new_state
 
@@ -461,7 +516,7 @@ def committed_state(cfg, params, state, args: status.CallArgs):
     srow = jnp.where(ok, state_row, 0)
     ssm, conv = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]
   else:
-    ssm, conv, _ = fold(cfg, params, state, state_row, safe)
+    ssm, conv, _, _ = fold(cfg, params, state, state_row, safe)
     conv = conv.astype(state.conv.dtype)
   return mask_invalid(ssm, ok, pad), mask_invalid(conv, ok, pad)
 

@@ -64,7 +64,7 @@ def _state_channel_axes(state):
   """Per state leaf: (channel axis, whether only x and B channels), or None."""
   if isinstance(state, SnapshotState):
     return (None, (2, False))
-  return (None, (1, False), (2, False), (2, True), None, None, None, None)
+  return (None, (1, False), (2, False), (2, True), None, None, None, None, None)
 
 
 def _xb(order, cfg):
@@ -103,7 +103,8 @@ def _specs(state, h, b):
     st = SnapshotState(ssm=P(b, None, h), conv=P(b, None, h))
   else:
     st = CompactState(ssm=P(b, h), conv=P(b, h), last_xbc=P(b, None, h), win_xb=P(b, None, h),
-                      win_dt=P(b, None, h), pending=P(b), starts=P(b), origin=P(b))
+                      win_dt=P(b, None, h), pending=P(b), starts=P(b), origin=P(b),
+                      last_bits=P(b))
   return params, st
 
 

@@ -40,6 +40,9 @@ class CompactState(NamedTuple):
     pending: [E] int32 pending rows (0 ... W).
     starts: [E] int32 bitmask: bit j set when pending row j began a call.
     origin: [E] int32 ring row of pending row 0.
+    last_bits: [E, capacity] int32 ancestor bits of the last call's rows: bit k of row t set
+      where that call's row k is row t or one of its ancestors (a chain's row t: bits 0..t;
+      a draft tree's, its path). A call folds the accepted row's path.
   """
 
   ssm: jax.Array
@@ -50,6 +53,7 @@ class CompactState(NamedTuple):
   pending: jax.Array
   starts: jax.Array
   origin: jax.Array
+  last_bits: jax.Array
 
 
 State = SnapshotState | CompactState
@@ -95,7 +99,8 @@ def state_shapes(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloa
   return CompactState(ssm=sds((E, H, P, N), sdt), conv=sds((E, C, K1), conv_dtype),
                       last_xbc=sds((E, cfg.capacity, C), dtype), win_xb=sds((E, ring, xb), dtype),
                       win_dt=sds((E, ring, H), f32), pending=sds((E,), i32),
-                      starts=sds((E,), i32), origin=sds((E,), i32))
+                      starts=sds((E,), i32), origin=sds((E,), i32),
+                      last_bits=sds((E, cfg.capacity), i32))
 
 
 def init_state(cfg: config_lib.Mamba2Config, num_entries: int, dtype=jnp.bfloat16,

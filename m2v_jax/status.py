@@ -107,11 +107,37 @@ def rows_to_replay(W: int, row, pending, xp=jnp, first=0):
   return xp.clip(xp.where(pending > 0, first + row + 1, 0), 0, W)
 
 
-def flushes(cfg, R: int, n_replay, n, xp=jnp):
-  """Compact: whether a call flushes (new base, its rows from window row 0)."""
+def walks_paths(cfg) -> bool:
+  """Compact: whether the pool's pending rows fit one int32 mask, so that a fold walks the
+  accepted row's path (`fold_path`) and draft trees can run; else a fold takes rows 0 ..
+  `state_row` of the last call (a chain)."""
+  return cfg.window_rows <= 32
+
+
+def chain_bits(rows):
+  """`last_bits` of chain rows `rows`: row t's bits 0 .. t (int32; row 31: all 32)."""
+  return (jnp.left_shift(jnp.int32(1), rows + 1) - 1).astype(jnp.int32)
+
+
+def fold_path(pending, first, row_bits):
+  """Compact: the pending rows a call folds, as a mask over pending rows (bit j: row j): the
+  earlier calls' accepted rows 0 .. first-1 and the last call's accepted row with its
+  ancestors (`row_bits`, its `last_bits`, shifted by `first`); 0 with nothing pending. A
+  chain's is rows 0 .. first + state_row, `rows_to_replay` of them."""
+  head = jnp.left_shift(jnp.int32(1), first) - 1
+  return jnp.where(pending > 0, head | jnp.left_shift(row_bits, first), 0).astype(jnp.int32)
+
+
+def flushes(cfg, R: int, n_replay, n, xp=jnp, path=None):
+  """Compact: whether a call flushes (new base, its rows from window row 0). With `path`
+  (`fold_path`), also where the folded rows leave a gap (a draft tree's rows off the accepted
+  path), since the rows kept pending must be the accepted ones, back to back."""
   if not cfg.deferred or R == 0 or R > cfg.capacity:
     return xp.ones(xp.shape(n_replay), bool)
-  return n_replay + n > cfg.window_rows
+  flush = n_replay + n > cfg.window_rows
+  if path is not None:
+    flush = flush | (jax.lax.population_count(path) != n_replay)
+  return flush
 
 
 def window_after(cfg, R: int, n_replay, n, starts, flush, xp=jnp):

@@ -49,8 +49,7 @@ def test_tree_suite_times_trees_beside_chains(tmp_path):
             f"--out={out}")
   assert res.returncode == 0, res.stderr[-2000:]
   names = [r["name"] for r in json.loads(out.read_text())["tree"]]
-  assert names == ["snapshot B=2 R=8 row=accept reference",
-                   "snapshot B=2 R=8 row=accept tree reference",
-                   "snapshot B=2 R=16 row=accept reference",
-                   "snapshot B=2 R=16 row=accept tree reference",
-                   "snapshot B=2 R=16 row=accept tree reference"], names
+  assert names == [f"{mode} B=2 R={R} row=accept{tree} reference"
+                   for mode in ("snapshot", "compact")
+                   for R, tree in [(8, ""), (8, " tree"), (16, ""), (16, " tree"),
+                                   (16, " tree")]], names

@@ -49,7 +49,7 @@ def test_compact_memory_is_one_state_plus_window():
   one_state = 128 * 64 * 128 * 4 + 10240 * 3 * 2
   last_rows = 8 * 10240 * 2                          # raw xBC of the last call's rows
   ring = 16 * ((8192 + 1024) * 2 + 128 * 4)           # x|B and dt, W + capacity rows
-  window = last_rows + ring + 3 * 4                  # pending, starts, origin
+  window = last_rows + ring + 3 * 4 + 8 * 4          # pending, starts, origin; last_bits
   assert nbytes == one_state + window
   snap = m.state_shapes(m.BOLT, 1, jnp.bfloat16)
   assert sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in snap) == 8 * one_state

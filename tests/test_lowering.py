@@ -40,8 +40,8 @@ def test_verify_plans_lower_to_triton(mode, R, z):
   assert text.count("__gpu$xla.gpu.triton") == 2
   # the state leaves are aliased to outputs (updated in place when donated)
   # the conv launch aliases the conv state (compact: and the last call's rows and the ring),
-  # the SSM launch the SSM state (compact: and pending, starts, origin)
-  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 8)
+  # the SSM launch the SSM state (compact: and pending, starts, origin, last_bits)
+  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 9)
   assert "tf.aliasing_output" in text                  # and the jit donates them
 
 
@@ -264,10 +264,11 @@ def test_chunked_prefill_lowers_for_headdim_96(mode):
   assert text.count("__gpu$xla.gpu.triton") == (9 if mode == "snapshot" else 11)
 
 
-def test_tree_verify_lowers():
-  """A draft tree's snapshot call (the kernels' `parents` path) lowers to Triton for an H200:
-  two launches, the state updated in place."""
-  cfg = m.BOLT
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_tree_verify_lowers(mode):
+  """A draft tree's call (the kernels' `parents` path) lowers to Triton for an H200: two
+  launches, the state updated in place."""
+  cfg = m.BOLT.replace(replay_mode=mode)
   args = dispatch.abstract_call_args(cfg, 2, 8)
 
   def f(p, s, a, parents):
@@ -275,4 +276,4 @@ def test_tree_verify_lowers():
 
   text = backend.lower_for_cuda(f, *args, sds((2, 8), jnp.int32), donate_argnums=(1,))
   assert text.count("__gpu$xla.gpu.triton") == 2
-  assert text.count("output_operand_alias<") == 2
+  assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 9)

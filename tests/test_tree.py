@@ -194,7 +194,8 @@ def test_a_chain_tree_call_is_the_linear_call_bitwise():
 def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   """The verify kernels (interpret mode) with `parents`: y, every slot's state and conv window
   against the reference's snapshot tree call (y within 2e-6, states 1e-6, windows bitwise),
-  entries not addressed untouched; a chain's tree call is the linear kernel call bitwise."""
+  entries not addressed untouched; a chain's tree call is the linear kernel call bitwise; a
+  compact window wider than 32 rows raises NotImplementedError."""
   cfg = small_cfg()
   p = m.random_params(cfg, 30 + seed)
   rng = np.random.default_rng(30 + seed)
@@ -221,9 +222,9 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   assert_bitwise(y_t, y_l, "y")
   assert_bitwise(st_t.ssm, st_l.ssm, "ssm slots")
   assert_bitwise(st_t.conv, st_l.conv, "conv slots")
-  with pytest.raises(NotImplementedError, match="snapshot mode"):
-    kern(cfg.replace(replay_mode="compact"), "interpret", p,
-         random_state(cfg.replace(replay_mode="compact"), E, rng=rng), args, parents=parents)
+  wide = cfg.replace(replay_mode="compact", capacity=33)
+  with pytest.raises(NotImplementedError, match="window of at most 32 rows"):
+    kern(wide, "interpret", p, random_state(wide, E, rng=rng), args, parents=parents)
 
 
 @pytest.mark.parametrize("backend", ["reference", "interpret",
@@ -231,8 +232,8 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
 def test_verify_takes_a_tree(backend):
   """`m2v_jax.verify(..., parents=...)`: y and the pool as the reference's tree call; device
   parents that break the rule reject their sequence (NaN y, entry untouched); host ones raise
-  naming the row; compact mode and a 16-bit state raise NotImplementedError; a chain is the
-  linear call bitwise."""
+  naming the row; a 16-bit state raises NotImplementedError; a chain is the linear call
+  bitwise."""
   cfg, p, rng, state, xbc, dt = _pool_inputs(40, E=4, B=3, R=8)
   E, B, R = 4, 3, 8
   parents = random_parents(rng, B, R)
@@ -255,10 +256,6 @@ def test_verify_takes_a_tree(backend):
   with pytest.raises(ValueError, match=r"parents\[1, 5\]=6"):
     m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci, parents=bad,
              backend=backend)
-  comp = cfg.replace(replay_mode="compact")
-  with pytest.raises(NotImplementedError, match="snapshot mode"):
-    m.verify(comp, p, random_state(comp, E, rng=rng), xbc, dt, np.zeros(B, np.int32),
-             cache_indices=ci, parents=parents, backend=backend)
   half = random_state(cfg, E, rng=rng)._replace(ssm=state.ssm.astype(jnp.bfloat16))
   with pytest.raises(NotImplementedError, match="float32 state"):
     m.verify(cfg, p, half, xbc, dt, rows, cache_indices=ci, parents=parents, backend=backend)
@@ -270,3 +267,95 @@ def test_verify_takes_a_tree(backend):
   assert_bitwise(y_t, y_l, "y")
   assert_bitwise(st_t.ssm, st_l.ssm, "ssm")
   assert_bitwise(st_t.conv, st_l.conv, "conv")
+
+
+def _tree_calls(backend, window, calls, seed):
+  """`calls` random verify calls on the same pools in both modes (S = capacity = 8; compact
+  with deferred-commit `window`): draft trees and chains, random entries (padding included),
+  num_rows and accepted rows; y and every committed state bitwise across modes after each
+  call, compact against the reference's compact call within float32 rounding."""
+  snap = small_cfg()
+  comp = snap.replace(replay_mode="compact", window=window)
+  p = m.random_params(snap, seed)
+  rng = np.random.default_rng(seed)
+  E, B, cap = 5, 3, snap.capacity
+  f32 = jnp.float32
+  pools = {"s": m.init_state(snap, E, f32), "c": m.init_state(comp, E, f32),
+           "r": m.init_state(comp, E, f32)}
+  last_n = np.zeros(E, np.int32)                      # the last call's rows of each entry
+  for call in range(calls):
+    R = int(rng.integers(1, cap + 1))
+    ci = rng.permutation(E)[:B].astype(np.int32)
+    if call % 3 == 2:
+      ci[rng.integers(B)] = -1                        # padding
+    n = rng.integers(1, R + 1, B).astype(np.int32)
+    # Half the time the last row of the entry's last call: a deep row, often off the chain.
+    rows = np.array([0 if e < 0 else last_n[e] - 1 if rng.random() < 0.5 and last_n[e]
+                     else rng.integers(0, max(last_n[e], 1)) for e in ci], np.int32)
+    tree_call = call % 4 != 3
+    parents = random_parents(rng, B, R) if tree_call else None
+    xbc, dt = inputs(snap, B, R, rng=rng)[:2]
+    kw = dict(cache_indices=ci, num_rows=n,
+              parents=None if parents is None else dev(parents, jnp.int32))
+    ys, pools["s"] = m.verify(snap, p, pools["s"], xbc, dt, rows, backend=backend, **kw)
+    yc, pools["c"] = m.verify(comp, p, pools["c"], xbc, dt, rows, backend=backend, **kw)
+    yr, pools["r"] = m.verify(comp, p, pools["r"], xbc, dt, rows, backend="reference", **kw)
+    assert_bitwise(ys, yc, f"call {call}: y snapshot vs compact")
+    live = ci >= 0
+    assert spec_error(yc[live], yr[live], snap) < 2e-6, f"call {call}: compact y vs reference"
+    assert not np.any(np.asarray(yc)[~live]), "padding's y is zeros"
+    assert_bitwise(pools["c"].pending, pools["r"].pending, f"call {call}: pending")
+    assert_bitwise(pools["c"].last_bits, pools["r"].last_bits, f"call {call}: last_bits")
+    last_n[ci[live]] = n[live]
+    nxt = np.array([rng.integers(0, max(k, 1)) for k in last_n], np.int32)
+    a = m.committed_state(snap, p, pools["s"], nxt, backend=backend)
+    b = m.committed_state(comp, p, pools["c"], nxt, backend=backend)
+    assert_bitwise(a[0], b[0], f"call {call}: committed ssm")
+    assert_bitwise(a[1], b[1], f"call {call}: committed conv")
+
+
+@pytest.mark.parametrize("window", [None, 16])
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_modes_agree_bitwise_on_trees(backend, window):
+  """Random draft trees and chains in both modes, deferred commit included: y after every
+  call and every entry's committed state bitwise across modes (`_tree_calls`)."""
+  _tree_calls(backend, window, calls=6 if backend == "interpret" else 12, seed=50)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [None, 16])
+def test_modes_agree_bitwise_on_200_tree_calls(window):
+  """200 random tree and chain calls on the compiled kernels, both modes bitwise."""
+  _tree_calls("pallas", window, calls=200, seed=60)
+
+
+@pytest.mark.parametrize("backend", ["reference", "interpret"])
+def test_compact_folds_the_accepted_path(backend):
+  """Compact mode after a tree call: accepting row 3 of parents [-1, 0, 0, 2] folds rows 0, 2
+  and 3 (not 1): the committed state and window are the path's run as a chain, and under
+  deferred commit the next call flushes (the window keeps no row off the path) while
+  accepting row 1 (a path without a gap) does not."""
+  snap = small_cfg()
+  p = m.random_params(snap, 70)
+  rng = np.random.default_rng(70)
+  xbc, dt = inputs(snap, 1, 4, rng=rng)[:2]
+  parents = dev(np.array([[-1, 0, 0, 2]]), jnp.int32)
+  for window in (None, 16):
+    comp = snap.replace(replay_mode="compact", window=window)
+    _, st = m.verify(comp, p, m.init_state(comp, 1, jnp.float32), xbc, dt, [0], parents=parents,
+                     backend=backend)
+    path = np.array([0, 2, 3])
+    chain = m.init_state(comp, 1, jnp.float32)
+    _, chain = m.verify(comp, p, chain, xbc[:, path], dt[:, path], [0], backend=backend)
+    got = m.committed_state(comp, p, st, [3], backend=backend)
+    want = m.committed_state(comp, p, chain, [2], backend=backend)
+    assert_close(got[0], want[0], 1e-6, "committed ssm")
+    assert_bitwise(got[1], want[1], "committed conv")
+    other = m.committed_state(comp, p, st, [1], backend=backend)
+    assert not np.array_equal(np.asarray(other[0]), np.asarray(got[0]))
+    if window:
+      x2, d2 = inputs(snap, 1, 2, rng=rng)[:2]
+      after_gap = m.verify(comp, p, copy_state(st), x2, d2, [3], backend=backend)[1]
+      after_chain = m.verify(comp, p, copy_state(st), x2, d2, [1], backend=backend)[1]
+      assert int(after_gap.pending[0]) == 2, "a gap flushes: the call's rows from row 0"
+      assert int(after_chain.pending[0]) == 4, "rows 0, 1 stay pending ahead of the call's"

@@ -8,6 +8,7 @@ import math
 import jax.numpy as jnp
 
 from m2v_jax import config as config_lib
+from m2v_jax import status
 from m2v_jax import tree as tree_lib
 from m2v_jax.kernels import dual
 from m2v_jax.kernels import tiles as tiles_lib
@@ -32,7 +33,7 @@ class Plan:
     check_shared: reject the sequences whose pool entry another sequence of the call also
       addresses, in the conv launch (not ruled out on the host).
     tree: the rows form a draft tree (`parents`): each row's conv window and state come
-      from its parent's, y sums over its ancestors (snapshot mode, R <= capacity).
+      from its parent's, y sums over its ancestors (R <= capacity).
   """
 
   cfg: config_lib.Mamba2Config
@@ -51,6 +52,11 @@ class Plan:
   @property
   def compact(self) -> bool:
     return self.cfg.compact
+
+  @property
+  def walk(self) -> bool:
+    """Compact: folds walk the accepted row's path, and calls keep their rows' `last_bits`."""
+    return self.cfg.compact and status.walks_paths(self.cfg)
 
   @property
   def cap(self) -> int:
@@ -107,7 +113,8 @@ def run(plan: Plan, params, state, args, parents=None):
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       last_xbc=prepped["last_out_ref"], win_xb=prepped["wxb_out_ref"],
                       win_dt=prepped["wdt_out_ref"], pending=out["pend_out_ref"],
-                      starts=out["starts_out_ref"], origin=out["origin_out_ref"])
+                      starts=out["starts_out_ref"], origin=out["origin_out_ref"],
+                      last_bits=out.get("lbits_out_ref", state.last_bits))
   else:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"])
   return out.get("y_ref"), new

@@ -45,16 +45,31 @@ def _shared(idx_ref, b, entry, B):
   return (entry >= 0) & (jnp.max(jnp.where((ids == entry) & (j != b), 1, 0)) > 0)
 
 
+def path_taps(row_bits, K1):
+  """The conv window after the last call's row whose `last_bits` are `row_bits` (0: nothing
+  pending): the last K1 entries of [conv state; the row's path]. Returns, for each entry j,
+  (conv state column, last call's row): the row where it is >= 0, else the column."""
+  d = lax.population_count(row_bits)
+  rest, tops = row_bits, []                 # the path's rows from the last one back
+  for _ in range(K1):
+    top = 31 - lax.clz(rest)                # -1 once none is left
+    tops.append(top)
+    rest = jnp.where(top >= 0, rest & ~jnp.left_shift(1, jnp.maximum(top, 0)), 0)
+  return [(d + j, tops[K1 - 1 - j]) for j in range(K1)]
+
+
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
-                 xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref, dtb_ref, conv_ref,
-                 last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref, last_out_ref=None,
-                 wxb_out_ref=None, wdt_out_ref=None, xr_ref=None, dtr_ref=None, fold_ref,
-                 prev_starts_ref=None, prev_origin_ref=None, plan):
+                 lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref,
+                 dtb_ref, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
+                 last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
+                 dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
+                 prev_origin_ref=None, plan):
   """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does dt.
 
   Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
     pend_ref, starts_ref, origin_ref  [E] int32       window bookkeeping (read only)
+    lbits_ref  [E, cap] int32                         the last call's rows' ancestor bits
     xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
     par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
@@ -64,6 +79,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     xr_ref     [B, RT, C]                             post-conv rows (zero past num_rows)
     dtr_ref    [B, RT, H] f32                         processed dt (zero past num_rows)
     fold_ref   [B] int32                              rows to fold, -1: rejected
+    path_ref   [B] int32                              the folded rows' mask (`fold_path`)
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
   """
   cfg = plan.cfg
@@ -79,6 +95,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
   if plan.compact:
     origin = origin_ref[e]
     ring = lambda i: status.ring_row(cfg, origin, n_fold + i - body)
+    if plan.walk:
+      row_bits = jnp.where(pending > 0, lbits_ref[e, jnp.clip(row, 0, cap - 1)], 0)
 
   def kept(i, fn):
     pl.when((i >= body) & (i < n))(fn)
@@ -88,7 +106,14 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     cs = pl.ds(pid * BC, BC)
     taps = [w_ref[cs, k] for k in range(K1 + 1)]
     bias = bias_ref[cs]
-    if plan.compact:
+    if plan.compact and plan.walk:
+      # The window after row `row` of the last call: the last K-1 of [conv | its path].
+      win = []
+      for q, r in path_taps(row_bits, K1):
+        old = conv_ref[e, cs, jnp.clip(q, 0, K1 - 1)].astype(f32)
+        raw = last_ref[e, jnp.clip(r, 0, cap - 1), cs].astype(f32)
+        win.append(jnp.where(r >= 0, raw, old))
+    elif plan.compact:
       # The window after row `row` of the last call: the last K-1 of [conv | raw rows].
       off = jnp.where(pending > 0, row + 1, 0)
       win = []
@@ -158,6 +183,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     if plan.compact:
       prev_starts_ref[b] = starts
       prev_origin_ref[b] = origin
+      if plan.walk:
+        path_ref[b] = status.fold_path(pending, status.last_call_start(starts), row_bits)
     if not R:
       return
     BH = tiles_lib.pow2_divisor(H, 128)
@@ -240,6 +267,7 @@ def conv(plan, params, state, args, parents=None):
                   pend_ref=state.pending if compact else None,
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
+                  lbits_ref=state.last_bits if plan.walk else None,
                   xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
                   par_ref=parents if plan.tree else None, w_ref=params.conv_weight,
                   bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
@@ -253,6 +281,7 @@ def conv(plan, params, state, args, parents=None):
                    xr_ref=sds((B, plan.RT, C), plan.y_dtype) if plan.R else None,
                    dtr_ref=sds((B, plan.RT, H), f32) if plan.R else None,
                    fold_ref=sds((B,), i32),
+                   path_ref=sds((B,), i32) if plan.walk else None,
                    prev_starts_ref=sds((B,), i32) if compact else None,
                    prev_origin_ref=sds((B,), i32) if compact else None),
       aliases=dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
@@ -15,21 +16,23 @@ from m2v_jax.kernels import rowmath
 f32 = jnp.float32
 
 
-# Rows the compact fold loads ahead, to overlap their latency with the fold.
-FOLD_AHEAD = 1
+def chain_bits(k: int) -> int:
+  """`status.chain_bits` of row k as a Python int32 (row 31: all 32 bits)."""
+  return int(np.uint32((1 << (k + 1)) - 1).view(np.int32))
 
 
-def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
+def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts_ref=None,
                 prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, par_ref=None,
                 bits_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
-                origin_ref=None, ssm_out_ref, pend_out_ref=None, starts_out_ref=None,
-                origin_out_ref=None, y_ref=None, plan):
+                origin_ref=None, lbits_ref=None, ssm_out_ref, pend_out_ref=None,
+                starts_out_ref=None, origin_out_ref=None, lbits_out_ref=None, y_ref=None, plan):
   """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
 
   Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
-    fold_ref                          [B] int32       rows to fold, -1: rejected
+    fold_ref                          [B] int32       `rows_to_replay`, -1: rejected
+    path_ref                          [B] int32       the folded rows' mask (`fold_path`)
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
     z_ref [B, R, H*P]                                 optional gate
@@ -38,6 +41,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
     pend_ref, starts_ref, origin_ref  [E] int32       -> *_out_ref (aliased)
+    lbits_ref  [E, cap] int32                         -> lbits_out_ref (aliased), `last_bits`
     y_ref      [B, R, H*P]                            (None in a fold)
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
@@ -147,22 +151,34 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
     S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
-      last = jnp.maximum(n_fold - 1, 0)
+      if plan.walk:                    # the path's rows, lowest first
+        path = path_ref[b]
+        steps = lax.population_count(path)
 
-      def ring(r):                     # pending row r, clamped to the last folded row
-        return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, jnp.minimum(r, last)))
+        def next_row(rest):            # (the lowest row of `rest` (0 if none), the others)
+          return jnp.maximum(31 - lax.clz(rest & -rest), 0), rest & (rest - 1)
+        first_row = next_row(path)
+      else:                            # pending rows 0 .. n_fold - 1
+        path, steps, last = None, n_fold, jnp.maximum(n_fold - 1, 0)
 
-      def fold_row(r, carry):
-        S, ahead = carry[0], carry[1:]
+        def next_row(r):               # (row r, clamped to the last folded row; r + 1)
+          return jnp.minimum(r, last), r + 1
+        first_row = next_row(jnp.int32(0))
+
+      def ring(j):
+        return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, j))
+
+      def fold_row(_, carry):          # folds pending row j while the next one loads
+        S, j, rest, ahead = carry
         if plan.state_dtype != f32 and cfg.deferred:
-          began = (((starts >> r) & 1) > 0) & (r > 0)         # a later call's first row
+          began = (((starts >> j) & 1) > 0) & (j > 0)         # a later call's first row
           S = lax.cond(began, rounded, lambda s: s, S)
-        loaded = ring(r + FOLD_AHEAD)
-        return (update(S, *ahead[0]),) + ahead[1:] + (loaded,)
+        j_next, rest = next_row(rest)
+        return update(S, *ahead), j_next, rest, ring(j_next)
 
-      carry = (S,) + tuple(ring(r) for r in range(FOLD_AHEAD))
-      S = rounded(lax.fori_loop(0, n_fold, fold_row, carry)[0])
-      flush = status.flushes(cfg, R, n_fold, n)
+      j0, rest0 = first_row
+      S = rounded(lax.fori_loop(0, steps, fold_row, (S, j0, rest0, ring(j0)))[0])
+      flush = status.flushes(cfg, R, n_fold, n, path=path)
       if not body:
         pl.when((n_fold > 0) & flush)(lambda: store_state(S))
 
@@ -172,6 +188,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
         pend_out_ref[e] = new_pending
         starts_out_ref[e] = new_starts
         origin_out_ref[e] = status.ring_origin(cfg, origin, n_fold, flush)
+        if plan.walk:                  # the kept rows' ancestor bits
+          for i in range(body, R):
+            bits_i = bits_ref[b, i] if plan.tree else chain_bits(i - body)
+            pl.when(i < n)(lambda i=i, v=bits_i: _store(lbits_out_ref, (e, i - body), v))
     if not R:
       return
 
@@ -208,6 +228,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, prev_starts_ref=None,
       lax.fori_loop(0, R, fill_row, 0)
 
 
+def _store(ref, at, value):
+  ref[at] = value
+
+
 def ssm(plan, params, state, prepped, args, par_ref=None, bits_ref=None):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs,
   with a tree's parents [B, R] and ancestor bits [B, KT] where `plan.tree`; returns its
@@ -220,7 +244,8 @@ def ssm(plan, params, state, prepped, args, par_ref=None, bits_ref=None):
   return backend.pallas_call(
       lambda **refs: _ssm_kernel(**refs, plan=plan),
       inputs=dict(idx_ref=args.cache_indices, row_ref=args.state_row, n_ref=args.num_rows,
-                  fold_ref=prepped["fold_ref"], prev_starts_ref=prepped.get("prev_starts_ref"),
+                  fold_ref=prepped["fold_ref"], path_ref=prepped.get("path_ref"),
+                  prev_starts_ref=prepped.get("prev_starts_ref"),
                   prev_origin_ref=prepped.get("prev_origin_ref"),
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
                   z_ref=args.z if plan.has_z else None, par_ref=par_ref, bits_ref=bits_ref,
@@ -229,14 +254,17 @@ def ssm(plan, params, state, prepped, args, par_ref=None, bits_ref=None):
                   wdt_ref=prepped.get("wdt_out_ref"),
                   pend_ref=state.pending if compact else None,
                   starts_ref=state.starts if compact else None,
-                  origin_ref=state.origin if compact else None),
+                  origin_ref=state.origin if compact else None,
+                  lbits_ref=state.last_bits if plan.walk else None),
       outputs=dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype),
                    pend_out_ref=sds((plan.E,), i32) if compact else None,
                    starts_out_ref=sds((plan.E,), i32) if compact else None,
                    origin_out_ref=sds((plan.E,), i32) if compact else None,
+                   lbits_out_ref=sds(state.last_bits.shape, i32) if plan.walk else None,
                    y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
       aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
-                   starts_ref="starts_out_ref", origin_ref="origin_out_ref"),
+                   starts_ref="starts_out_ref", origin_ref="origin_out_ref",
+                   lbits_ref="lbits_out_ref"),
       grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
