@@ -107,8 +107,9 @@ def test_decoder_marks_the_prompt_and_reports_spread():
   assert "----- prompt (178 bytes) -----" in text
   assert "Unable to initialize backend" not in out.stderr    # JAX's INFO lines are quiet
   assert "----- generated (snapshot, speculative)" in text
-  assert text.count("(median of 2;") == 4          # two modes speculative, the tree, greedy
+  assert text.count("(median of 2;") == 5          # two modes speculative, their trees, greedy
   assert "speculative tree [snapshot, up to 3 branches]" in text
+  assert "speculative tree [compact, up to 3 branches]" in text
   assert "median of 2 paired runs" in text
   assert "check: speculative output == greedy output" in text
 
@@ -132,12 +133,15 @@ def test_prompt_lookup_trees():
 
 
 def test_tree_drafts_decode_as_greedy(trained):
-  """The snapshot decoder with draft trees (reference backend) gives the greedy output and
-  accepts drafts."""
+  """The decoder with draft trees (reference backend) gives the greedy output and accepts
+  drafts, with the same acceptance counts in both modes."""
   cfg, params, _ = trained
   prompt = decode.DEFAULT_PROMPT.encode()
-  d = decode.Decoder(cfg, params, "snapshot", 8, "reference")
-  out, acc, *_ = d.run(prompt, 40, True, 3, branches=2)
-  greedy = d.run(prompt, 40, False, 3)[0]
-  assert out == greedy
-  assert sum(acc) > 0 and len(acc) < 40
+  runs = {mode: decode.Decoder(cfg, params, mode, 8, "reference").run(prompt, 40, True, 3,
+                                                                       branches=2)
+          for mode in ("snapshot", "compact")}
+  greedy = decode.Decoder(cfg, params, "snapshot", 8, "reference").run(prompt, 40, False, 3)[0]
+  for out, acc, *_ in runs.values():
+    assert out == greedy
+    assert sum(acc) > 0 and len(acc) < 40
+  assert runs["snapshot"][1] == runs["compact"][1]
