@@ -133,8 +133,8 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
 
   `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
-  int32 runs a draft tree (`reference.snapshot_tree_call`): snapshot mode with a float32
-  state and R <= capacity only, for now.
+  int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`): a
+  float32 state and R <= capacity only, for now.
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
@@ -288,7 +288,7 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
   num_rows (the reference's is `ragged_reference`), `chunk_tiles` its tiles;
   `entries_checked=False` rejects shared entries on the device (in the conv launch on the
   verify kernels, by `status.reject_shared` otherwise). `parents` [B, R] int32 runs a draft
-  tree (snapshot mode, a float32 state, R <= capacity); a sequence whose parents break the
+  tree (a float32 state, R <= capacity); a sequence whose parents break the
   rule (`tree.valid_parents`) is rejected. Raises ValueError for `ragged` without `chunked`.
   """
   if ragged and not chunked:

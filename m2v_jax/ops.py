@@ -40,8 +40,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     parents: optional [B, R] int32, a draft tree: each row's parent row, -1 for row 0 (the
       root) and 0 <= parents[b, r] < r after it; each row then runs from its parent's state
       and conv window, and y sums over its ancestors (docs/semantics.md, "Draft trees"); at
-      most 31 rows. Snapshot mode with a float32 state only, for now; device values that
-      break the rule reject their sequence.
+      most 31 rows. Either mode (compact: the next call folds the accepted row's path), a
+      float32 state only, for now; device values that break the rule reject their sequence.
     backend: "pallas", "interpret", "reference", or None (`resolve_backend`).
 
   Returns:
@@ -51,13 +51,14 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
   Raises:
     ValueError / TypeError: bad shapes or dtypes, R > capacity, host indices out of range or
       shared, host `parents` that break the rule.
-    NotImplementedError: `parents` in compact mode or with a 16-bit state.
+    NotImplementedError: `parents` with a 16-bit state, or in compact mode with a window of
+      more than 32 rows.
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, num_rows = checks.call(
       cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, verify=True)
   checks.backend(cfg, backend)
-  if parents is not None:      # dispatch.call rejects the modes and states trees lack as it traces
+  if parents is not None:      # dispatch.call rejects the pools trees lack as it traces
     parents = checks.parents(parents, xbc.shape[0], xbc.shape[1])
   return _verify(cfg, params, state, xbc, dt, state_row, z, cache_indices, num_rows, backend,
                  parents)
