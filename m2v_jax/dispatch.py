@@ -145,7 +145,8 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
 
 
 def fold(cfg, backend, params, state: CompactState, args: CallArgs):
-  """Compact pre-pass on the kernels: folds window rows 0..state_row into the base; `args`
+  """Compact pre-pass on the kernels: folds window rows 0..state_row (a tree's: that row's
+  path) into the base; `args`
   of a fold (R = 0: no rows, num_rows 0)."""
   B = args.state_row.shape[0]
   p = plan(cfg, backend, state, 0, B=B, y_dtype=state.win_xb.dtype)

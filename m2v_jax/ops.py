@@ -22,7 +22,8 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
   """Runs R <= capacity rows (the last token and R-1 drafts) through the conv and the SSM.
 
   Snapshot mode starts from slot `state_row[b]` and writes the state after row r to slot r;
-  compact mode folds pending rows 0..state_row[b] into the base and keeps the R rows pending.
+  compact mode folds pending rows 0..state_row[b] (a draft tree's: that row's path) into the
+  base and keeps the R rows pending.
   Both modes give bitwise the same y and states on one backend with S == W (one exception,
   docs/semantics.md: compiled, 16-bit state with float32 activations). Math: Mamba-2 (Dao &
   Gu, "Transformers are SSMs", 2024); y in the SSD dual form, equal to one-row calls' to
@@ -166,7 +167,8 @@ def committed_state(cfg: Mamba2Config, params: params_lib.LayerParams, state, st
                     cache_indices=None, backend: str | None = None):
   """The committed state at `state_row` of each sequence, in either mode (prefix-cache capture).
 
-  Compact: the base with rows 0..state_row[b] folded in, bitwise the next call's start state.
+  Compact: the base with rows 0..state_row[b] (a draft tree's: that row's path) folded in,
+  bitwise the next call's start state.
   The pool is neither modified nor donated. Args as `verify`; `state_row` is 0 in compact mode
   with nothing pending.
 

@@ -475,8 +475,11 @@ def compact_call(cfg, params, state: CompactState, args: status.CallArgs, parent
   last = jnp.concatenate([jnp.where(kept[..., None], xbc[:, body:].astype(cur.dtype),
                                     cur[:, :nk]), cur[:, nk:]], axis=1)
   cur_bits = state.last_bits[safe]
-  last_bits = jnp.concatenate([jnp.where(kept, bits, cur_bits[:, :nk]), cur_bits[:, nk:]],
-                              axis=1)
+  if status.walks_paths(cfg):        # else the leaf is not used, and left as it is
+    last_bits = jnp.concatenate([jnp.where(kept, bits, cur_bits[:, :nk]), cur_bits[:, nk:]],
+                                axis=1)
+  else:
+    last_bits = cur_bits
   ring = status.ring_row(cfg, origin[:, None], n_fold[:, None] + jnp.arange(nk)[None, :])
   target = jnp.where(kept, ring, Q)                                         # Q: dropped
   b_idx = jnp.arange(Bsz)[:, None]

@@ -103,7 +103,9 @@ def sequence_status(compact: bool, cap: int, E: int, R: int, entry, row, n, pend
 
 
 def rows_to_replay(W: int, row, pending, xp=jnp, first=0):
-  """Compact: rows a call folds, `first + row + 1` (0 with none pending), clipped to [0, W]."""
+  """Compact: the span of the rows a call folds, `first + row + 1` (0 with none pending),
+  clipped to [0, W]: all of them for a chain; a draft tree's fold skips the rows off the
+  accepted row's path (`fold_path`), and the call's new rows go past the span."""
   return xp.clip(xp.where(pending > 0, first + row + 1, 0), 0, W)
 
 

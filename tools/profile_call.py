@@ -34,7 +34,7 @@ flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "acti
 flags.DEFINE_enum("state_dtype", "float32", ["bfloat16", "float16", "float32"],
                   "SSM state storage dtype")
 flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
-flags.DEFINE_bool("tree", False, "snapshot mode: every call verifies one random draft tree "
+flags.DEFINE_bool("tree", False, "every call verifies one random draft tree "
                   "(each row's parent drawn among the rows before it)")
 flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_stages], then "
                     "any TileConfig field as :name=value, instead of the table's")
@@ -85,8 +85,6 @@ def main(argv):
     return
   parents = None
   if FLAGS.tree:
-    if FLAGS.mode != "snapshot":
-      sys.exit("profile_call.py: --tree runs in snapshot mode")
     par = np.floor(rng.random((B, R)) * np.maximum(np.arange(R), 1)).astype(np.int32)
     par[:, 0] = -1
     parents = jnp.asarray(par)

@@ -25,7 +25,8 @@ def body_tiles(body: int):
 
 
 def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
-  """(safe entry, state_row or 0, num_rows, valid, rows to fold, pending, starts) of sequence b."""
+  """(safe entry, state_row or 0, num_rows, valid, `rows_to_replay`, pending, starts) of
+  sequence b."""
   entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
   safe = status.safe_entry(entry, plan.E)
   pending = pend_ref[safe] if plan.compact else jnp.int32(0)
@@ -78,7 +79,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             -> wxb_out_ref, wdt_out_ref (aliased)
     xr_ref     [B, RT, C]                             post-conv rows (zero past num_rows)
     dtr_ref    [B, RT, H] f32                         processed dt (zero past num_rows)
-    fold_ref   [B] int32                              rows to fold, -1: rejected
+    fold_ref   [B] int32                              `rows_to_replay`, -1: rejected
     path_ref   [B] int32                              the folded rows' mask (`fold_path`)
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
   """

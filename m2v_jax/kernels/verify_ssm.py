@@ -174,7 +174,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
           began = (((starts >> j) & 1) > 0) & (j > 0)         # a later call's first row
           S = lax.cond(began, rounded, lambda s: s, S)
         j_next, rest = next_row(rest)
-        return update(S, *ahead), j_next, rest, ring(j_next)
+        loaded = ring(j_next)          # issued before this row's update
+        return update(S, *ahead), j_next, rest, loaded
 
       j0, rest0 = first_row
       S = rounded(lax.fori_loop(0, steps, fold_row, (S, j0, rest0, ring(j0)))[0])
