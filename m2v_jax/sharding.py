@@ -152,9 +152,9 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
   """`op` (`m2v_jax.verify`, `m2v_jax.prefill` or `m2v_jax.prefill_packed`) on global arrays,
   sharded.
 
-  Returns `f(params, state, xbc, dt, state_row, z=None) -> (y, state)` on global arrays in TP
-  layout (`to_tp_layout`): heads over `head_axis`, sequences and pool entries over
-  `batch_axis`; for `prefill_packed`, `f(params, state, xbc, dt, cu_seqlens, state_row,
+  Returns `f(params, state, xbc, dt, state_row, z=None, parents=None) -> (y, state)` on global
+  arrays in TP layout (`to_tp_layout`): heads over `head_axis`, sequences and pool entries
+  (and a verify call's draft tree, `parents` [B, R]) over `batch_axis`; for `prefill_packed`, `f(params, state, xbc, dt, cu_seqlens, state_row,
   z=None)` with heads sharded only (prompt s in pool entry s: E == S). Jit it with the state
   donated. Auto and Explicit mesh axes both work.
 
@@ -198,13 +198,17 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
 
     return run_packed
 
-  def run(params, state, xbc, dt, state_row, z=None):
+  def run(params, state, xbc, dt, state_row, z=None, parents=None):
     p_spec, s_spec = _specs(state, h, b)
     x_spec = P(b, None, h)
-    in_specs = (p_spec, s_spec, x_spec, x_spec, P(b)) + ((x_spec,) if z is not None else ())
-    args = (params, state, xbc, dt, state_row) + ((z,) if z is not None else ())
-    local = lambda p, s, x, d, r, *zz: op(lcfg, p, s, x, d, r, z=zz[0] if zz else None,
-                                          **op_kwargs)
+    extra = {k: v for k, v in (("z", z), ("parents", parents)) if v is not None}
+    specs = {"z": x_spec, "parents": P(b, None)}
+    in_specs = (p_spec, s_spec, x_spec, x_spec, P(b)) + tuple(specs[k] for k in extra)
+
+    def local(p, s, x, d, r, *rest):
+      return op(lcfg, p, s, x, d, r, **dict(zip(extra, rest)), **op_kwargs)
+
+    args = (params, state, xbc, dt, state_row) + tuple(extra.values())
     return _shard_call(mesh, explicit, local, args, in_specs, (x_spec, s_spec))
 
   return run
@@ -238,7 +242,7 @@ def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_a
                   batch_axis: str | None = None, **mixer_kwargs):
   """The mixer layer (`layer.mixer`) on global arrays, sharded as `sharded` shards an op.
 
-  Returns `f(params, state, hidden, state_row) -> (out, state)`: params from
+  Returns `f(params, state, hidden, state_row, parents=None) -> (out, state)`: params from
   `mixer_to_tp_layout`, the pool from `to_tp_layout`; hidden [B, R, d_model] and out
   replicated over the head axis, the shards' float32 partial outputs summed by `lax.psum`.
   `mixer_kwargs` go to `layer.mixer_partial` (`prefill`, `chunked`, `backend`).
@@ -259,17 +263,19 @@ def sharded_mixer(mesh: jax.sharding.Mesh, cfg: layer_lib.MixerConfig, *, head_a
   h, b = head_axis, batch_axis
   explicit = _explicit(mesh, [a for a in (h, b) if a is not None])
 
-  def run(params, state, hidden, state_row):
+  def run(params, state, hidden, state_row, parents=None):
     layer_lib.check_params(cfg, params)
     ssm_spec, s_spec = _specs(state, h, b)
     p_spec = _mixer_specs(ssm_spec, h)
-    in_specs = (p_spec, s_spec, P(b, None, None), P(b))
+    tree = () if parents is None else (parents,)
+    in_specs = (p_spec, s_spec, P(b, None, None), P(b)) + ((P(b, None),) if tree else ())
 
-    def local(p, s, x, r):
-      out, s = layer_lib.mixer_partial(lcfg, p, s, x, r, **mixer_kwargs)
+    def local(p, s, x, r, *par):
+      out, s = layer_lib.mixer_partial(lcfg, p, s, x, r, parents=par[0] if par else None,
+                                       **mixer_kwargs)
       return jax.lax.psum(out, h).astype(x.dtype), s
 
-    return _shard_call(mesh, explicit, local, (params, state, hidden, state_row), in_specs,
-                       (P(b, None, None), s_spec))
+    return _shard_call(mesh, explicit, local, (params, state, hidden, state_row) + tree,
+                       in_specs, (P(b, None, None), s_spec))
 
   return run

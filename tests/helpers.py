@@ -352,10 +352,10 @@ SHARDED_VARIANTS = [("snapshot", None, jnp.float32), ("compact", None, jnp.float
 
 
 def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp",
-                         state_dtype=jnp.float32, chunked=None):
-  """Runs calls of R in `Rs` rows (`verify` for R <= capacity, else `prefill` with `chunked`)
-  with heads over mesh axis "tp" and sequences over "dp", and on one device; y and the
-  states agree bitwise after every call."""
+                         state_dtype=jnp.float32, chunked=None, trees=False):
+  """Runs calls of R in `Rs` rows (`verify` for R <= capacity, with `trees` a random draft
+  tree each, else `prefill` with `chunked`) with heads over mesh axis "tp" and sequences over
+  "dp", and on one device; y and the states agree bitwise after every call."""
   p = m.random_params(cfg, seed)
   rng = np.random.default_rng(seed)
   n = mesh.shape["tp"]
@@ -374,9 +374,11 @@ def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="d
     op = m.verify if R <= cfg.capacity else m.prefill
     step, kw = steps[op]
     xbc, dt = inputs(cfg, Bsz, R, dtype, rng=rng)
-    y1, one = op(cfg, p, one, xbc, dt, rows, backend=backend, **kw)
+    tree = ({"parents": dev(random_parents(rng, Bsz, R), jnp.int32)}
+            if trees and op is m.verify else {})
+    y1, one = op(cfg, p, one, xbc, dt, rows, backend=backend, **kw, **tree)
     _, _, xtp = m.sharding.to_tp_layout(cfg, n, xbc=xbc)
-    y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows))
+    y2, many = step(ptp, many, xtp, dt, jnp.asarray(rows), **tree)
     assert len(y2.sharding.device_set) == mesh.size
     assert_bitwise(y1, y2, f"y (R={R})")
     _, back, _ = m.sharding.from_tp_layout(cfg, n, state=many)
@@ -385,7 +387,7 @@ def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="d
     rows = rng.integers(0, min(R, cfg.capacity), Bsz).astype(np.int32)
 
 
-def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
+def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True, trees=False):
   """Calls of the mixer layer (`prefill` for R > capacity) with heads over mesh axis "tp" and
   sequences over "dp", and on one device, float32 activations and weights: out and the
   states agree to float32 rounding (each shard runs its own columns of in_proj, and
@@ -404,9 +406,11 @@ def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True):
   for R in Rs:
     pf = R > cfg.ssm.capacity
     hidden = dev(rng.normal(0, 1, (Bsz, R, cfg.d_model)), jnp.float32)
+    tree = ({"parents": dev(random_parents(rng, Bsz, R), jnp.int32)} if trees and not pf
+            else {})
     out1, one = m.mixer(cfg, p, one, hidden, rows, prefill=pf, chunked=chunked if pf else None,
-                        backend=backend)
-    out2, many = runs[pf](ptp, many, hidden, jnp.asarray(rows))
+                        backend=backend, **tree)
+    out2, many = runs[pf](ptp, many, hidden, jnp.asarray(rows), **tree)
     assert_close(out2, out1, 1e-5, f"out (R={R})")
     _, back, _ = m.sharding.from_tp_layout(cfg.ssm, n, state=many)
     assert_states_close(back, one, 1e-5, f"(R={R})")
