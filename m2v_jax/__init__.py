@@ -3,7 +3,7 @@
 See README.md, docs/semantics.md (what the ops compute) and docs/design.md (how).
 """
 
-from m2v_jax import hf, layer, sharding
+from m2v_jax import hf, layer, sharding, tree
 from m2v_jax.config import (BOLT, COMPACT, SNAPSHOT, Mamba2Config, parse_replay_mode,
                             resolve_backend, set_default_backend)
 from m2v_jax.layer import MixerConfig, MixerParams, mixer, state_row_from_accepted

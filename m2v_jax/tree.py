@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from m2v_jax.kernels import rowmath
@@ -29,6 +30,59 @@ def ancestor_bits(parents):
     bits = bits | jnp.take_along_axis(bits, up, axis=1)
     up = jnp.take_along_axis(up, up, axis=1)
   return bits
+
+
+def parents_from_links(next_token, next_sibling):
+  """`parents` [B, R] int32 from a tree given as first-child and next-sibling links, SGLang's
+  EAGLE layout (`retrive_next_token`, `retrive_next_sibling` [B, R]: row 0 the root, the
+  last accepted token; -1 for none). A row no link reaches gets -1, so a call rejects its
+  sequence (`valid_parents`); so does a row that comes before its parent. No loop over the
+  rows: the sibling chains are followed back to their first child by pointer doubling."""
+  child = jnp.asarray(next_token, jnp.int32)
+  sib = jnp.asarray(next_sibling, jnp.int32)
+  B, R = child.shape
+  b = jnp.arange(B)[:, None]
+  rows = jnp.broadcast_to(jnp.arange(R, dtype=jnp.int32), (B, R))
+  drop = lambda a: jnp.where(a >= 0, a, R)               # -1: written nowhere
+  # The row each first child hangs from; the sibling before each row (itself at a chain's head).
+  owner = jnp.full((B, R), -1, jnp.int32).at[b, drop(child)].set(rows, mode="drop")
+  prev = rows.at[b, drop(sib)].set(rows, mode="drop")
+  for _ in range(max(R - 1, 0).bit_length()):
+    prev = jnp.take_along_axis(prev, prev, axis=1)
+  parents = jnp.take_along_axis(owner, prev, axis=1)
+  return parents.at[:, 0].set(-1)
+
+
+def parents_from_mask(mask):
+  """`parents` [B, R] int32 from an ancestor mask [B, R, R] bool (EAGLE's and SGLang's tree
+  mask: [b, i, j] where row j is row i or one of its ancestors, ancestors before their
+  descendants): each row's parent is its latest ancestor other than itself, -1 for none."""
+  mask = jnp.asarray(mask, bool)
+  R = mask.shape[-1]
+  j = jnp.arange(R)
+  earlier = mask & (j[None, :] < j[:, None])[None]
+  return jnp.max(jnp.where(earlier, j, -1), axis=-1).astype(jnp.int32)
+
+
+def parents_from_paths(paths):
+  """Host `parents` [R] int32 (R = len(paths) + 1) of a static tree given as paths of top-k
+  choices from the root (Medusa's and vLLM's `speculative_token_tree`, e.g. `[(0,), (1,),
+  (0, 0)]`): row 0 is the root, row k + 1 the node `paths[k]`, whose parent is the node of
+  its path less the last choice. Raises ValueError for a path whose parent is not listed
+  before it, or a path listed twice."""
+  index = {(): 0}
+  parents = [-1]
+  for k, path in enumerate(paths):
+    path = tuple(int(c) for c in path)
+    if not path or path in index:
+      raise ValueError(f"paths[{k}]={path}: expected a new non-empty path")
+    if path[:-1] not in index:
+      raise ValueError(f"paths[{k}]={path}: its parent {path[:-1]} is not listed before it")
+    index[path] = k + 1
+    parents.append(index[path[:-1]])
+  if len(parents) > MAX_ROWS:
+    raise ValueError(f"paths: a tree call takes at most {MAX_ROWS} rows, got {len(parents)}")
+  return np.asarray(parents, np.int32)
 
 
 def parent_ok(parents, xp=jnp):

@@ -380,3 +380,46 @@ def test_trees_under_sharding_match_one_device(mode, window):
                        trees=True)
   check_sharded_mixer(m.MixerConfig(ssm=cfg, d_model=48), mesh, backend, Bsz=4, seed=10,
                       Rs=(8, 6), trees=True)
+
+
+def _links_and_mask(parents):
+  """SGLang's first-child / next-sibling links and the ancestor mask of `parents` [B, R]."""
+  B, R = parents.shape
+  child, sib = np.full((B, R), -1), np.full((B, R), -1)
+  mask = np.zeros((B, R, R), bool)
+  for b in range(B):
+    for i in range(R):
+      kids = np.flatnonzero(parents[b] == i)[::-1]        # any order of siblings
+      if kids.size:
+        child[b, i] = kids[0]
+      for a, c in zip(kids, kids[1:]):
+        sib[b, a] = c
+      j = i
+      while j >= 0:
+        mask[b, i, j] = True
+        j = parents[b, j]
+  return child, sib, mask
+
+
+def test_tree_layouts_convert_to_parents():
+  """SGLang's links, the EAGLE / SGLang ancestor mask and Medusa / vLLM paths give the same
+  `parents` as the tree they describe; a row no link reaches, and a path whose parent is not
+  listed before it, are refused (the row's sequence rejected, the path raising)."""
+  rng = np.random.default_rng(80)
+  parents = random_parents(rng, 6, 12)
+  child, sib, mask = _links_and_mask(parents)
+  assert_bitwise(tree.parents_from_links(child, sib), parents, "from links")
+  assert_bitwise(tree.parents_from_mask(mask), parents, "from the mask")
+  chain = np.arange(-1, 7, dtype=np.int32)[None]
+  c, s, _ = _links_and_mask(chain)
+  assert_bitwise(tree.parents_from_links(c, s), chain, "a chain from links")
+  c[0, 2] = -1                                     # row 3 is cut off
+  cut = np.asarray(tree.parents_from_links(c, s))
+  assert cut[0].tolist() == [-1, 0, 1, -1, 3, 4, 5, 6]
+  assert not bool(tree.valid_parents(cut)[0])
+  assert tree.parents_from_paths([(0,), (1,), (0, 0), (1, 0), (0, 0, 2)]).tolist() == [
+      -1, 0, 0, 1, 2, 3]
+  with pytest.raises(ValueError, match=r"paths\[1\]=\(1, 0\): its parent \(1,\)"):
+    tree.parents_from_paths([(0,), (1, 0), (1,)])
+  with pytest.raises(ValueError, match="a new non-empty path"):
+    tree.parents_from_paths([(0,), (0,)])
