@@ -45,6 +45,7 @@ from m2v_jax import reference
 from m2v_jax import status
 from m2v_jax import reference_ssd
 from m2v_jax import state as state_lib
+from m2v_jax import tree as tree_lib
 from m2v_jax.kernels import chunk_scan
 from m2v_jax.kernels import tiles as tiles_lib
 
@@ -122,22 +123,33 @@ def call_bytes(cfg: config_lib.Mamba2Config, B: int, R: int, state_row, dtype,
           + replayed * ring_row + params)
 
 
-def window_traffic(cfg, rows, nrows, R, cycles=3):
-  """Deferred commit: (window rows folded, sequences that flush) of each call (r, j) of an
-  acceptance table `rows`, `nrows` [rounds, banks, B], in the steady state of a loop that
-  runs the rounds over and over on state sets warmed with R pending rows
-  (`status.flushes`)."""
+def window_traffic(cfg, rows, nrows, R, cycles=3, trees=None):
+  """Compact: (window rows folded, sequences that flush) of each call (r, j) of an acceptance
+  table `rows`, `nrows` [rounds, banks, B] (with `trees` [rounds, banks, B, R], each call a
+  draft tree: the fold takes the accepted row's path, and a path with a gap flushes), in the
+  steady state of a loop that runs the rounds over and over on state sets warmed with R
+  pending rows (`status.flushes`)."""
   rounds, banks, B = rows.shape
   pending, first = np.full((banks, B), R), np.zeros((banks, B), int)
+  chain = np.tile(np.arange(1, R + 1), (B, 1))  # each row's path length in a chain
+  if trees is not None:                          # and in each call's tree
+    bits = np.asarray(tree_lib.ancestor_bits(trees.reshape(-1, R))).astype(np.uint32)
+    lengths = np.unpackbits(bits.view(np.uint8).reshape(bits.shape + (4,)), axis=-1).sum(-1)
+    lengths = lengths.reshape(trees.shape)
+  last = [chain] * banks                         # the last call's, per bank
   out = np.zeros((rounds, banks, 2), int)
   for _ in range(cycles):
     for r in range(rounds):
       for j in range(banks):
-        n_rep = np.where(pending[j] > 0, first[j] + rows[r, j] + 1, 0)
-        flush = (n_rep + nrows[r, j] > cfg.window_rows) if cfg.deferred else np.ones(B, bool)
-        first[j] = np.where(flush, 0, n_rep)
+        span = np.where(pending[j] > 0, first[j] + rows[r, j] + 1, 0)
+        path = last[j][np.arange(B), rows[r, j]]
+        n_fold = np.where(pending[j] > 0, first[j] + path, 0)
+        flush = ((span + nrows[r, j] > cfg.window_rows) | (n_fold != span) if cfg.deferred
+                 else np.ones(B, bool))
+        first[j] = np.where(flush, 0, span)
         pending[j] = first[j] + nrows[r, j]
-        out[r, j] = n_rep.sum(), int(np.sum(flush & (n_rep > 0)))
+        out[r, j] = n_fold.sum(), int(np.sum(flush & (span > 0)))
+        last[j] = chain if trees is None else lengths[r, j]
   return out
 
 
@@ -464,7 +476,8 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   rounds = -(-(min_calls or _min_calls) // banks)
   rng = np.random.default_rng(seed)
   rows, nrows = acceptance_table(rng, rounds, banks, B, R, vary_rows)
-  trees = _per_call(tree_table(rng, rounds, banks, B, R)) if tree else None
+  tree_table_ = tree_table(rng, rounds, banks, B, R) if tree else None
+  trees = _per_call(tree_table_) if tree else None
   xbc, dt = _inputs(cfg, B, R, dtype)
   sets = 1 if pooled else banks
   entries = banks * B if pooled else B
@@ -494,7 +507,8 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
     wx, wd = _inputs(cfg, entries, R, dtype, seed=1)
     warm_idx = index_args(entries, R, 0)
     warm = lambda s: warm_call(s, params, wx, wd, *warm_idx)[0]
-  traffic = window_traffic(cfg, rows, nrows, R) if cfg.compact else None
+  traffic = (window_traffic(cfg, rows, nrows, R, trees=tree_table_ if tree else None)
+             if cfg.compact else None)
   nbytes = float(np.mean([call_bytes(cfg, B, R, rows[r, j], dtype, num_rows=nrows[r, j],
                                      state_dtype=state_dtype,
                                      replayed=None if traffic is None else traffic[r, j, 0],
