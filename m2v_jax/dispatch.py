@@ -113,12 +113,8 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_s
 
 
 def check_tree(cfg, state, R):
-  """Raises unless a draft tree of R rows can run on `state`: NotImplementedError for a 16-bit
-  state (not built yet) or a compact window of more than 32 rows, ValueError for R >
-  capacity."""
-  if jnp.dtype(state.ssm.dtype) != jnp.dtype(f32):
-    raise NotImplementedError("parents: draft trees run with a float32 state for now (16-bit "
-                              "state is not built yet)")
+  """Raises unless a draft tree of R rows can run on `state`: NotImplementedError for a
+  compact window of more than 32 rows, ValueError for R > capacity."""
   if cfg.compact and not status.walks_paths(cfg):
     raise NotImplementedError(f"parents: compact-mode draft trees need a window of at most 32 "
                               f"rows (the pending rows' mask), got {cfg.window_rows}")
@@ -133,8 +129,8 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
 
   `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
-  int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`): a
-  float32 state and R <= capacity only, for now.
+  int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`) of R <=
+  capacity rows.
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
@@ -289,7 +285,7 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
   num_rows (the reference's is `ragged_reference`), `chunk_tiles` its tiles;
   `entries_checked=False` rejects shared entries on the device (in the conv launch on the
   verify kernels, by `status.reject_shared` otherwise). `parents` [B, R] int32 runs a draft
-  tree (a float32 state, R <= capacity); a sequence whose parents break the
+  tree (R <= capacity); a sequence whose parents break the
   rule (`tree.valid_parents`) is rejected. Raises ValueError for `ragged` without `chunked`.
   """
   if ragged and not chunked:

@@ -41,8 +41,9 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
     parents: optional [B, R] int32, a draft tree: each row's parent row, -1 for row 0 (the
       root) and 0 <= parents[b, r] < r after it; each row then runs from its parent's state
       and conv window, and y sums over its ancestors (docs/semantics.md, "Draft trees"); at
-      most 31 rows. Either mode (compact: the next call folds the accepted row's path), a
-      float32 state only, for now; device values that break the rule reject their sequence.
+      most 31 rows. Either mode (compact: the next call folds the accepted row's path);
+      device values that break the rule reject their sequence. `m2v_jax.tree` converts
+      SGLang's, EAGLE's and vLLM's tree layouts to it.
     backend: "pallas", "interpret", "reference", or None (`resolve_backend`).
 
   Returns:
@@ -52,8 +53,7 @@ def verify(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, st
   Raises:
     ValueError / TypeError: bad shapes or dtypes, R > capacity, host indices out of range or
       shared, host `parents` that break the rule.
-    NotImplementedError: `parents` with a 16-bit state, or in compact mode with a window of
-      more than 32 rows.
+    NotImplementedError: `parents` in compact mode with a window of more than 32 rows.
   """
   backend = config_lib.resolve_backend(backend)
   state_row, cache_indices, num_rows = checks.call(

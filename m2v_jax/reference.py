@@ -359,6 +359,9 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
   def step(states, inp):                 # each row's state from its parent's
     t, xr, br, dr, par, act = inp
     st = tree.from_parent(states, ssm0, par)
+    # A parent other than the row before: its slot, as stored (a 16-bit state rounds).
+    reload = ((par >= 0) & (par != t - 1))[:, None, None, None]
+    st = jnp.where(reload, round_state(st, state.ssm.dtype), st)
     dA = rowmath.decay(dr, params.A_log)[..., None, None]
     new = rowmath.state_update(st, dA, (dr[..., None] * xr)[..., None], br[..., None, :])
     return states.at[:, t].set(jnp.where(act[:, None, None, None], new, st)), None
@@ -423,6 +426,11 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   sw = lambda a: jnp.swapaxes(a, 1, 2)
   began = (((starts[:, None] >> j) & 1) > 0) & (j > 0) if cfg.deferred else None
   on = j < n_fold[:, None] if path is None else ((path[:, None] >> j) & 1) > 0
+  if path is not None:
+    # A tree row whose parent is not the row before it starts from the parent's state as
+    # snapshot mode stores it: a 16-bit state rounds there too.
+    gap = on & (j > 0) & ~jnp.roll(on, 1, axis=1)
+    began = gap if began is None else began | gap
   S, _ = _advance(params, state.ssm[safe].astype(f32), sw(x), sw(bm), sw(d), on, began,
                   state.ssm.dtype)
   S = round_state(S, state.ssm.dtype)

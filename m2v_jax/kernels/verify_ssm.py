@@ -168,17 +168,25 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       def ring(j):
         return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, j))
 
+      # A 16-bit state rounds before a row that began a later call (deferred commit) and
+      # before a tree row whose parent is not the row before it (snapshot mode reloads the
+      # parent's stored slot there): the previous folded row is carried for the latter.
+      rounds = plan.state_dtype != f32 and (cfg.deferred or plan.walk)
+
       def fold_row(_, carry):          # folds pending row j while the next one loads
-        S, j, rest, ahead = carry
-        if plan.state_dtype != f32 and cfg.deferred:
-          began = (((starts >> j) & 1) > 0) & (j > 0)         # a later call's first row
-          S = lax.cond(began, rounded, lambda s: s, S)
+        S, j, rest, ahead = carry[:4]
+        if rounds:
+          again = (j > carry[4] + 1) if plan.walk else False
+          if cfg.deferred:
+            again = again | ((((starts >> j) & 1) > 0) & (j > 0))
+          S = lax.cond(again, rounded, lambda s: s, S)
         j_next, rest = next_row(rest)
         loaded = ring(j_next)          # issued before this row's update
-        return update(S, *ahead), j_next, rest, loaded
+        return (update(S, *ahead), j_next, rest, loaded) + ((j,) if rounds else ())
 
       j0, rest0 = first_row
-      S = rounded(lax.fori_loop(0, steps, fold_row, (S, j0, rest0, ring(j0)))[0])
+      carry = (S, j0, rest0, ring(j0)) + ((j0 - 1,) if rounds else ())
+      S = rounded(lax.fori_loop(0, steps, fold_row, carry)[0])
       flush = status.flushes(cfg, R, n_fold, n, path=path)
       if not body:
         pl.when((n_fold > 0) & flush)(lambda: store_state(S))
