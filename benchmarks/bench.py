@@ -573,12 +573,28 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
 
 
 def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
-               modes=(config_lib.SNAPSHOT, config_lib.COMPACT)):
+               modes=(config_lib.SNAPSHOT, config_lib.COMPACT), tile_variants=()):
   """Each mode: draft trees against chains of the same rows (8 and 16, the capacity set to
   them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
-  8-row chain. Ratio: the chain's time over the tree's."""
+  8-row chain. Ratio: the chain's time over the tree's. Then, where `tile_variants`
+  (`TileConfig.replace_from_text`) are given, snapshot trees with each of them against the
+  table's tiles, timed interleaved (ratio: the table's time over the variant's)."""
   rows_out = []
   params = params_lib.random_params(_geom)
+  for B in batches if tile_variants else ():
+    nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
+    for R in sizes:
+      cfg = _geom.replace(capacity=R)
+      base = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True)
+      variants = [loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True,
+                            tiles=tiles_lib.tile_config(cfg, B).replace_from_text(v))
+                  for v in tile_variants]
+      t = time_cases([base] + variants, blocks)
+      rows_out.append(_row(base, t[base.name], bw))
+      for v in variants:
+        rows_out.append(_row(v, t[v.name], bw, ratio_ci(t[base.name], t[v.name])))
+      print(format_rows(rows_out[-(1 + len(variants)):]), flush=True)
+      del base, variants
   for mode in modes:
     for B in batches:
       # Snapshot: four pools live at once, 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt,
@@ -935,6 +951,9 @@ flags.DEFINE_list("windows", [], "deferred-commit windows of compact mode in the
                   "(e.g. 16,32)")
 flags.DEFINE_list("loop_tiles", [], "verify tiles of extra compact cases in the loop suite "
                   "(as --sweep_tiles), timed beside the table's")
+flags.DEFINE_list("tree_tiles", [], "verify tiles of snapshot tree cases timed against the "
+                  "table's first in the tree suite (`TileConfig.replace_from_text`, e.g. "
+                  "32:4:64:tree_prefetch=1)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"], "cases of the prefill suite")
@@ -998,7 +1017,8 @@ def main(argv):
                                           kinds=FLAGS.prefill_cases),
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
-                tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches]),
+                tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],
+                                       tile_variants=FLAGS.tree_tiles),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),

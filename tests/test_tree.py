@@ -1,5 +1,7 @@
 """The draft-tree oracle (`reference.tree_rows`) against chains, and `checks.parents`."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -196,8 +198,9 @@ def test_a_chain_tree_call_is_the_linear_call_bitwise():
 def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   """The verify kernels (interpret mode) with `parents`: y, every slot's state and conv window
   against the reference's snapshot tree call (y within 2e-6, states 1e-6, windows bitwise),
-  entries not addressed untouched; a chain's tree call is the linear kernel call bitwise; a
-  compact window wider than 32 rows raises NotImplementedError."""
+  entries not addressed untouched; the parents' slots loaded a row ahead (`tree_prefetch`)
+  give the same bits; a chain's tree call is the linear kernel call bitwise; a compact window
+  wider than 32 rows raises NotImplementedError."""
   cfg = small_cfg()
   p = m.random_params(cfg, 30 + seed)
   rng = np.random.default_rng(30 + seed)
@@ -218,6 +221,11 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   assert_bitwise(st_k.conv, st_r.conv, "conv slots")
   for e in (1, 2):
     assert_bitwise(st_k.ssm[e], state.ssm[e], f"entry {e}")
+  ahead = dataclasses.replace(m.tile_config(cfg, B), tree_prefetch=1)   # parents a row ahead
+  kern_a = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
+  y_a, st_a = kern_a(cfg, "interpret", p, state, args, ahead, parents=parents)
+  assert_bitwise(y_a, y_k, "y, parents loaded ahead")
+  assert_bitwise(st_a.ssm, st_k.ssm, "ssm slots, parents loaded ahead")
   chain = dev(np.tile(np.arange(-1, R - 1), (B, 1)), jnp.int32)
   y_t, st_t = kern(cfg, "interpret", p, state, args, parents=chain)
   y_l, st_l = kern(cfg, "interpret", p, state, args)

@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 
+import jax
 import jax.numpy as jnp
 from absl import app, flags
 
@@ -43,18 +44,22 @@ def _define_flags():
                     "the chunked prefill's products (default: by activation dtype)")
   flags.DEFINE_string("tiles", None, "verify tiles, as `TileConfig.replace_from_text` reads "
                       "them (default: the table's)")
+  flags.DEFINE_bool("tree", False, "a draft tree's verify call (`parents`)")
+  flags.DEFINE_integer("capacity", None, "capacity (default: Bolt's, 8)")
 
 
-def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None):
+def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None, tree=False):
   """`backend.triton_kernels` of one verify / prefill call of `cfg` (verify `tiles`: a
-  `TileConfig`, default the table's)."""
-  def f(p, s, a):
-    if tiles is not None and not chunked:
-      return dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles)
+  `TileConfig`, default the table's; `tree`: a draft tree's verify call)."""
+  def f(p, s, a, *par):
+    if (tiles is not None or tree) and not chunked:
+      return dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles,
+                                  parents=par[0] if par else None)
     return dispatch.call(p, s, a, cfg=cfg, backend=config_lib.PALLAS, chunked=chunked,
                          ragged=False)
 
-  return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, dtype=dtype),
+  par = (jax.ShapeDtypeStruct((B, R), jnp.int32),) if tree else ()
+  return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, dtype=dtype), *par,
                                 donate_argnums=(1,))
 
 
@@ -85,13 +90,15 @@ def histogram(sass: str) -> collections.Counter:
 def main(argv):
   del argv
   cfg = config_lib.BOLT.replace(replay_mode=FLAGS.mode, prefill_precision=FLAGS.precision,
-                                window=FLAGS.window)
+                                window=FLAGS.window,
+                                capacity=FLAGS.capacity or config_lib.BOLT.capacity)
   os.makedirs(FLAGS.out, exist_ok=True)
   tiles = None
   if FLAGS.tiles:
     tiles = tiles_lib.tile_config(cfg, FLAGS.batch).replace_from_text(FLAGS.tiles)
   for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
-                                                   FLAGS.chunked, tiles=tiles).items():
+                                                   FLAGS.chunked, tiles=tiles,
+                                                   tree=FLAGS.tree).items():
     path = os.path.join(FLAGS.out, name + ".ttir")
     with open(path, "w") as fh:
       fh.write(ir)

@@ -43,6 +43,9 @@ class TileConfig:
     n_cols: columns of the state's chunks (at most N).
     block_c: conv channels per conv program.
     prep_warps: warps per conv program.
+    tree_prefetch: 1: a draft tree's snapshot SSM program loads the parent slot of the next
+      row one row ahead (a second state tile in registers) instead of after a barrier when
+      the row starts; 0: it does not.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1.
@@ -54,6 +57,7 @@ class TileConfig:
   n_cols: int = 64
   block_c: int = 128
   prep_warps: int = 4
+  tree_prefetch: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))

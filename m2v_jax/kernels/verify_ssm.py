@@ -130,17 +130,29 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       return lax.cond(reload, lambda: [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32)
                                        for c in chunks], lambda: S)
 
+    def parent_ahead(i):             # the state row i starts from, if not row i - 1's
+      # The slot's stores (rows < i - 1) happen before its load in every thread.
+      backend.barrier(plan.interpret)
+      slot = jnp.clip(par_ref[b, t0 + jnp.minimum(i, L - 1)], 0, R - 1)
+      return [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32) for c in chunks]
+
     def step(i, carry):
-      S, cur = carry
+      S, cur = carry[:2]
       loaded = ahead(i + 1)
-      if plan.tree:
+      if prefetch:
+        par = par_ref[b, t0 + i]
+        S = [jnp.where((par >= 0) & (par != t0 + i - 1), p, s) for p, s in zip(carry[2], S)]
+        parent = parent_ahead(i + 1)
+      elif plan.tree:
         S = from_parent(i, S)
       S = update(S, *cur)
       if store:
         store(S, i)
-      return S, loaded
+      return (S, loaded) + ((parent,) if prefetch else ())
 
-    return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
+    prefetch = plan.tree and bool(plan.tiles.tree_prefetch)
+    carry = (S, ahead(0)) + ((S,) if prefetch else ())    # row 0's parent is the start
+    return lax.fori_loop(0, L, step, carry)[0]
 
   @pl.when(valid)
   def _run():
