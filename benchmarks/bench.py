@@ -576,15 +576,16 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
                modes=(config_lib.SNAPSHOT, config_lib.COMPACT), tile_variants=()):
   """Each mode: draft trees against chains of the same rows (8 and 16, the capacity set to
   them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
-  8-row chain. Ratio: the chain's time over the tree's. Then, where `tile_variants`
-  (`TileConfig.replace_from_text`) are given, snapshot trees with each of them against the
-  table's tiles, timed interleaved (ratio: the table's time over the variant's)."""
+  8-row chain. Ratio: the chain's time over the tree's. Where `tile_variants`
+  (`TileConfig.replace_from_text`) are given, first each mode's trees with each of them
+  against the table's tiles, timed interleaved (ratio: the table's time over the
+  variant's)."""
   rows_out = []
   params = params_lib.random_params(_geom)
-  for B in batches if tile_variants else ():
+  for mode, B in [(m, b) for m in modes for b in batches] if tile_variants else ():
     nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
     for R in sizes:
-      cfg = _geom.replace(capacity=R)
+      cfg = _geom.replace(capacity=R, replay_mode=mode)
       base = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True)
       variants = [loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True,
                             tiles=tiles_lib.tile_config(cfg, B).replace_from_text(v))
@@ -951,8 +952,8 @@ flags.DEFINE_list("windows", [], "deferred-commit windows of compact mode in the
                   "(e.g. 16,32)")
 flags.DEFINE_list("loop_tiles", [], "verify tiles of extra compact cases in the loop suite "
                   "(as --sweep_tiles), timed beside the table's")
-flags.DEFINE_list("tree_tiles", [], "verify tiles of snapshot tree cases timed against the "
-                  "table's first in the tree suite (`TileConfig.replace_from_text`, e.g. "
+flags.DEFINE_list("tree_tiles", [], "verify tiles of tree cases timed against the table's "
+                  "first in the tree suite (`TileConfig.replace_from_text`, e.g. "
                   "32:4:64:tree_prefetch=1)")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",

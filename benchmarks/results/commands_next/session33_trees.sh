@@ -5,8 +5,8 @@
 #     interleaved; needs old_code/ = `git archive 33cdd5d m2v_jax tools` carried beside the
 #     working tree), the loop suite, and the tree suite at B=1-128 in both modes;
 #   OUT=/tmp/out bash benchmarks/results/commands_next/session33_trees.sh call2
-#     snapshot trees with other tiles and with the parents' slots loaded a row ahead
-#     (`TileConfig.tree_prefetch`), against the table's tiles, at B=8, 32 and 128.
+#     trees in both modes with other tiles and (snapshot) with the parents' slots loaded a
+#     row ahead (`TileConfig.tree_prefetch`), against the table's tiles, at B=32 and 128.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -23,7 +23,7 @@ case ${1:-call1} in
     M2V_STAGES="loop tree" M2V_LIMIT_LOOP=120 M2V_LIMIT_TREE=280 OUT=$O/suites \
       bash tools/run_gpu.sh 2>&1 | grep -E "^===|^\| (snap|comp)|rror" | cut -c1-160 ;;
   call2)
-    M2V_STAGES="tree" M2V_LIMIT_TREE=420 OUT=$O/tiles M2V_BENCH_ARGS="--batches=8,32,128 \
+    M2V_STAGES="tree" M2V_LIMIT_TREE=480 OUT=$O/tiles M2V_BENCH_ARGS="--batches=32,128 \
 --tree_tiles=32:4:64,32:4:64:tree_prefetch=1,64:4:64:tree_prefetch=1" \
-      bash tools/run_gpu.sh 2>&1 | grep -E "^===|^\| snap.*tree|rror" | cut -c1-200 ;;
+      bash tools/run_gpu.sh 2>&1 | grep -E "^===|^\| (snap|comp).*tree|rror" | cut -c1-200 ;;
 esac
