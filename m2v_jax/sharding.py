@@ -154,9 +154,11 @@ def sharded(op, mesh: jax.sharding.Mesh, cfg: config_lib.Mamba2Config, *, head_a
 
   Returns `f(params, state, xbc, dt, state_row, z=None, parents=None) -> (y, state)` on global
   arrays in TP layout (`to_tp_layout`): heads over `head_axis`, sequences and pool entries
-  (and a verify call's draft tree, `parents` [B, R]) over `batch_axis`; for `prefill_packed`, `f(params, state, xbc, dt, cu_seqlens, state_row,
-  z=None)` with heads sharded only (prompt s in pool entry s: E == S). Jit it with the state
-  donated. Auto and Explicit mesh axes both work.
+  (and a verify call's draft tree, `parents` [B, R], whose values are checked on the device
+  only: a sequence whose parents break the rule is rejected) over `batch_axis`; for
+  `prefill_packed`, `f(params, state, xbc, dt, cu_seqlens, state_row, z=None)` with heads
+  sharded only (prompt s in pool entry s: E == S). Jit it with the state donated. Auto and
+  Explicit mesh axes both work.
 
       mesh = jax.make_mesh((2,), ("tp",))
       step = jax.jit(sharded(m2v_jax.verify, mesh, cfg, head_axis="tp"), donate_argnums=1)

@@ -35,9 +35,10 @@ def ancestor_bits(parents):
 def parents_from_links(next_token, next_sibling):
   """`parents` [B, R] int32 from a tree given as first-child and next-sibling links, SGLang's
   EAGLE layout (`retrive_next_token`, `retrive_next_sibling` [B, R]: row 0 the root, the
-  last accepted token; -1 for none). A row no link reaches gets -1, so a call rejects its
-  sequence (`valid_parents`); so does a row that comes before its parent. No loop over the
-  rows: the sibling chains are followed back to their first child by pointer doubling."""
+  last accepted token; -1 for none). Every row but the root must be the target of exactly one
+  link and the root of none; a sequence whose links break that, or reach a row before its
+  parent, gets parents that a call rejects (`valid_parents`). No loop over the rows: the
+  sibling chains are followed back to their first child by pointer doubling."""
   child = jnp.asarray(next_token, jnp.int32)
   sib = jnp.asarray(next_sibling, jnp.int32)
   B, R = child.shape
@@ -49,40 +50,48 @@ def parents_from_links(next_token, next_sibling):
   prev = rows.at[b, drop(sib)].set(rows, mode="drop")
   for _ in range(max(R - 1, 0).bit_length()):
     prev = jnp.take_along_axis(prev, prev, axis=1)
-  parents = jnp.take_along_axis(owner, prev, axis=1)
-  return parents.at[:, 0].set(-1)
+  parents = jnp.take_along_axis(owner, prev, axis=1).at[:, 0].set(-1)
+  links = jnp.zeros((B, R + 1), jnp.int32).at[b, drop(child)].add(1).at[b, drop(sib)].add(1)
+  ok = jnp.all(links[:, :R] == jnp.minimum(rows, 1), axis=1)     # 0 for the root, else 1
+  return jnp.where(ok[:, None], parents, -1)
 
 
 def parents_from_mask(mask):
   """`parents` [B, R] int32 from an ancestor mask [B, R, R] bool (EAGLE's and SGLang's tree
   mask: [b, i, j] where row j is row i or one of its ancestors, ancestors before their
-  descendants): each row's parent is its latest ancestor other than itself, -1 for none."""
+  descendants): each row's parent is its latest ancestor other than itself. A sequence whose
+  mask is not the ancestor mask of those parents (rows out of order, or not a tree) gets
+  parents that a call rejects (`valid_parents`)."""
   mask = jnp.asarray(mask, bool)
   R = mask.shape[-1]
   j = jnp.arange(R)
   earlier = mask & (j[None, :] < j[:, None])[None]
-  return jnp.max(jnp.where(earlier, j, -1), axis=-1).astype(jnp.int32)
+  parents = jnp.max(jnp.where(earlier, j, -1), axis=-1).astype(jnp.int32)
+  bits = jnp.sum(jnp.where(mask, jnp.left_shift(1, j), 0), axis=-1).astype(jnp.int32)
+  ok = jnp.all(bits == ancestor_bits(parents), axis=1)
+  return jnp.where(ok[:, None], parents, -1)
 
 
 def parents_from_paths(paths):
   """Host `parents` [R] int32 (R = len(paths) + 1) of a static tree given as paths of top-k
   choices from the root (Medusa's and vLLM's `speculative_token_tree`, e.g. `[(0,), (1,),
-  (0, 0)]`): row 0 is the root, row k + 1 the node `paths[k]`, whose parent is the node of
-  its path less the last choice. Raises ValueError for a path whose parent is not listed
-  before it, or a path listed twice."""
+  (0, 0)]`), its rows in the order those lay a tree's draft tokens out: row 0 the root, then
+  the paths sorted by length, then by their choices; a node's parent is the node of its path
+  less the last choice. Returns (parents, the paths in row order after the root). Raises
+  ValueError for a path whose parent is not listed, or a path listed twice."""
+  ordered = sorted((tuple(int(c) for c in p) for p in paths), key=lambda p: (len(p), p))
   index = {(): 0}
   parents = [-1]
-  for k, path in enumerate(paths):
-    path = tuple(int(c) for c in path)
+  for k, path in enumerate(ordered):
     if not path or path in index:
-      raise ValueError(f"paths[{k}]={path}: expected a new non-empty path")
+      raise ValueError(f"paths: expected new non-empty paths, got {path} twice or empty")
     if path[:-1] not in index:
-      raise ValueError(f"paths[{k}]={path}: its parent {path[:-1]} is not listed before it")
+      raise ValueError(f"paths: {path}'s parent {path[:-1]} is not listed")
     index[path] = k + 1
     parents.append(index[path[:-1]])
   if len(parents) > MAX_ROWS:
     raise ValueError(f"paths: a tree call takes at most {MAX_ROWS} rows, got {len(parents)}")
-  return np.asarray(parents, np.int32)
+  return np.asarray(parents, np.int32), ordered
 
 
 def parent_ok(parents, xp=jnp):

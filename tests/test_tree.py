@@ -226,6 +226,8 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
   y_a, st_a = kern_a(cfg, "interpret", p, state, args, ahead, parents=parents)
   assert_bitwise(y_a, y_k, "y, parents loaded ahead")
   assert_bitwise(st_a.ssm, st_k.ssm, "ssm slots, parents loaded ahead")
+  with pytest.raises(ValueError, match="tree_prefetch: expected 0 or 1"):
+    dataclasses.replace(ahead, tree_prefetch=2)
   chain = dev(np.tile(np.arange(-1, R - 1), (B, 1)), jnp.int32)
   y_t, st_t = kern(cfg, "interpret", p, state, args, parents=chain)
   y_l, st_l = kern(cfg, "interpret", p, state, args)
@@ -413,8 +415,8 @@ def _links_and_mask(parents):
 
 def test_tree_layouts_convert_to_parents():
   """SGLang's links, the EAGLE / SGLang ancestor mask and Medusa / vLLM paths give the same
-  `parents` as the tree they describe; a row no link reaches, and a path whose parent is not
-  listed before it, are refused (the row's sequence rejected, the path raising)."""
+  `parents` as the tree they describe (paths in Medusa's and vLLM's row order); links or
+  masks that are not a tree reject their sequence, and a path without its parent raises."""
   rng = np.random.default_rng(80)
   parents = random_parents(rng, 6, 12)
   child, sib, mask = _links_and_mask(parents)
@@ -425,11 +427,23 @@ def test_tree_layouts_convert_to_parents():
   assert_bitwise(tree.parents_from_links(c, s), chain, "a chain from links")
   c[0, 2] = -1                                     # row 3 is cut off
   cut = np.asarray(tree.parents_from_links(c, s))
-  assert cut[0].tolist() == [-1, 0, 1, -1, 3, 4, 5, 6]
+  assert cut[0].tolist() == [-1] * 8
   assert not bool(tree.valid_parents(cut)[0])
-  assert tree.parents_from_paths([(0,), (1,), (0, 0), (1, 0), (0, 0, 2)]).tolist() == [
-      -1, 0, 0, 1, 2, 3]
-  with pytest.raises(ValueError, match=r"paths\[1\]=\(1, 0\): its parent \(1,\)"):
-    tree.parents_from_paths([(0,), (1, 0), (1,)])
-  with pytest.raises(ValueError, match="a new non-empty path"):
+  par, order = tree.parents_from_paths([(0, 0), (1,), (0,), (1, 0), (0, 0, 2)])
+  assert order == [(0,), (1,), (0, 0), (1, 0), (0, 0, 2)]      # by length, then choices
+  assert par.tolist() == [-1, 0, 0, 1, 2, 3]
+  with pytest.raises(ValueError, match=r"\(1, 0\)'s parent \(1,\) is not listed"):
+    tree.parents_from_paths([(0,), (1, 0)])
+  with pytest.raises(ValueError, match="new non-empty paths"):
     tree.parents_from_paths([(0,), (0,)])
+  # Links that are not a tree: a duplicate link, a link to the root, a sibling cycle.
+  for nt, ns in [([1, 3, 3, -1], [-1, 2, -1, -1]), ([1, 0, -1], [2, -1, -1]),
+                 ([1, 2, -1], [-1, 2, 1])]:
+    assert not bool(tree.valid_parents(tree.parents_from_links([nt], [ns]))[0]), (nt, ns)
+  # A mask whose rows are out of order, or that is not a tree, is rejected.
+  eye = np.eye(4, dtype=bool)
+  for extra in [[(1, 2), (2, 0), (1, 0), (3, 0)], [(1, 0), (2, 0), (3, 1), (3, 2), (3, 0)]]:
+    bad = eye.copy()
+    for i, j in extra:
+      bad[i, j] = True
+    assert not bool(tree.valid_parents(tree.parents_from_mask(bad[None]))[0]), extra

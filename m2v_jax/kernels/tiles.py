@@ -48,7 +48,8 @@ class TileConfig:
       the row starts; 0: it does not.
 
   Raises:
-    ValueError: a size that is not a power of two, num_stages below 1.
+    ValueError: a size that is not a power of two, num_stages below 1, tree_prefetch not 0
+      or 1.
   """
 
   block_p: int
@@ -63,6 +64,8 @@ class TileConfig:
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
+    if self.tree_prefetch not in (0, 1):
+      raise ValueError(f"TileConfig.tree_prefetch: expected 0 or 1, got {self.tree_prefetch}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

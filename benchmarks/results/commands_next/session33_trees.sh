@@ -20,8 +20,8 @@ case ${1:-call1} in
         --launch-skip 1 --launch-count 1 --metrics $N python3 $P/tools/profile_call.py \
         --mode=compact --batch=32 --calls=1 2>&1 | grep -E "gpu__time|inst_exec|registers"
     done
-    M2V_STAGES="loop tree" M2V_LIMIT_LOOP=120 M2V_LIMIT_TREE=280 OUT=$O/suites \
-      bash tools/run_gpu.sh 2>&1 | grep -E "^===|^\| (snap|comp)|rror" | cut -c1-160 ;;
+    M2V_STAGES="loop tree" M2V_LIMIT_LOOP=150 M2V_LIMIT_TREE=280 OUT=$O/suites \
+      M2V_BENCH_ARGS="--state_dtypes=float32,bfloat16" bash tools/run_gpu.sh 2>&1 | grep -E "^===|^\| (snap|comp)|rror" | cut -c1-160 ;;
   call2)
     M2V_STAGES="tree" M2V_LIMIT_TREE=480 OUT=$O/tiles M2V_BENCH_ARGS="--batches=32,128 \
 --tree_tiles=32:4:64,32:4:64:tree_prefetch=1,64:4:64:tree_prefetch=1" \
