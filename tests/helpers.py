@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh
 
 import m2v_jax as m
 from m2v_jax import reference, reference_ssd
@@ -349,6 +350,16 @@ def check_nan_isolation(backend, cfg=None, num_entries=E, batch=B, dtype=jnp.flo
 SHARDED_VARIANTS = [("snapshot", None, jnp.float32), ("compact", None, jnp.float32),
                     ("compact", 16, jnp.float32), ("snapshot", None, jnp.bfloat16),
                     ("compact", 16, jnp.bfloat16)]
+
+
+def dp_tp_mesh():
+  """(a 2 x 2 ("dp", "tp") mesh, the backend that runs on it); skips the test without 4
+  devices (XLA_FLAGS=--xla_force_host_platform_device_count=4 gives a CPU 4)."""
+  devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
+  if len(devices) < 4:
+    pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
+  backend = "pallas" if devices[0].platform == "gpu" else "interpret"
+  return Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp")), backend
 
 
 def check_sharded_verify(cfg, mesh, backend, dtype, Bsz, seed, Rs, batch_axis="dp",

@@ -9,7 +9,7 @@ from jax.sharding import Mesh
 import m2v_jax as m
 from tests.helpers import (E, SHARDED_VARIANTS, PoolPair, assert_bitwise, check_nan_isolation,
                            check_reused_entry, matrix, check_sharded_mixer, check_sharded_verify,
-                           copy_state, every_case, inputs, small_cfg)
+                           copy_state, dp_tp_mesh, every_case, inputs, small_cfg)
 
 
 
@@ -31,13 +31,9 @@ def test_two_way_head_sharding_matches_one_device(mode, window, state_dtype):
   """A layer with heads over 2 devices (and sequences over 2) equals the one-device run,
   bitwise per head, over verify calls, and a chunked prefill (body + serial tail) in the
   first and last variant (the prefill path is the same in all)."""
-  devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
-  if len(devices) < 4:
-    pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
-  backend = "pallas" if devices[0].platform == "gpu" else "interpret"
+  mesh, backend = dp_tp_mesh()
   cfg = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2, replay_mode=mode,
                        window=window)
-  mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
   Rs = (8, 5, 8)
   if (mode, window, state_dtype) in (SHARDED_VARIANTS[0], SHARDED_VARIANTS[-1]):
     Rs = (8, 5, 40, 8) if every_case(backend) else (8, 40, 8)        # with a chunked prefill
@@ -66,12 +62,8 @@ def test_sharded_mixer_matches_one_device(mode):
   """The mixer layer with heads over 2 devices (sequences over 2) against one device.
   Interpreted: a chunked prefill from a fresh state, then an 8-row verify from mixed rows;
   compiled or with the full matrix: verify 8, a chunked prefill from mixed rows, verify 5."""
-  devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
-  if len(devices) < 4:
-    pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
-  backend = "pallas" if devices[0].platform == "gpu" else "interpret"
+  mesh, backend = dp_tp_mesh()
   ssm = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2, replay_mode=mode)
-  mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
   check_sharded_mixer(m.MixerConfig(ssm=ssm, d_model=48), mesh, backend, Bsz=4, seed=3,
                       Rs=(8, 40, 5) if every_case(backend) else (40, 8))
 

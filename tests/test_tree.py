@@ -6,13 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh
 
 import m2v_jax as m
 from m2v_jax import checks, dispatch, reference, status, tree
 from m2v_jax.kernels import dual
 from tests.helpers import (assert_bitwise, assert_close, check_sharded_mixer,
-                           check_sharded_verify, copy_state, dev, inputs, np_rows,
+                           check_sharded_verify, copy_state, dev, dp_tp_mesh, inputs, np_rows,
                            random_parents, random_state, ref_rows, ref_tree_rows, small_cfg,
                            spec_error, tree_paths)
 
@@ -381,13 +380,9 @@ def test_trees_under_sharding_match_one_device(mode, window):
   """Draft trees with heads over 2 devices and sequences over 2: the sharded op equals the
   one-device run bitwise (y and every state leaf after each call), and the sharded mixer to
   float32 rounding."""
-  devices = jax.devices() if jax.device_count() >= 4 else jax.devices("cpu")
-  if len(devices) < 4:
-    pytest.skip("needs 4 devices (XLA_FLAGS=--xla_force_host_platform_device_count=4)")
-  backend = "pallas" if devices[0].platform == "gpu" else "interpret"
+  mesh, backend = dp_tp_mesh()
   cfg = m.Mamba2Config(nheads=4, headdim=16, dstate=16, ngroups=2, replay_mode=mode,
                        window=window)
-  mesh = Mesh(np.array(devices[:4]).reshape(2, 2), ("dp", "tp"))
   check_sharded_verify(cfg, mesh, backend, jnp.float32, Bsz=4, seed=9, Rs=(8, 5, 8),
                        trees=True)
   check_sharded_mixer(m.MixerConfig(ssm=cfg, d_model=48), mesh, backend, Bsz=4, seed=10,
