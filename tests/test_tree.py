@@ -11,9 +11,9 @@ import m2v_jax as m
 from m2v_jax import checks, dispatch, reference, status, tree
 from m2v_jax.kernels import dual
 from tests.helpers import (assert_bitwise, assert_close, check_sharded_mixer,
-                           check_sharded_verify, copy_state, dev, dp_tp_mesh, inputs, np_rows,
-                           random_parents, random_state, ref_rows, ref_tree_rows, small_cfg,
-                           spec_error, tree_paths)
+                           check_sharded_verify, copy_state, dev, dp_tp_mesh, inputs, matrix,
+                           np_rows, random_parents, random_state, ref_rows, ref_tree_rows,
+                           small_cfg, spec_error, tree_paths)
 
 
 def max_rel(got, want):
@@ -323,8 +323,9 @@ def _tree_calls(backend, window, calls, seed, state_dtype=jnp.float32):
     assert_bitwise(a[1], b[1], f"call {call}: committed conv")
 
 
-@pytest.mark.parametrize("window,state_dtype", [(None, jnp.float32), (16, jnp.float32),
-                                                (None, jnp.bfloat16), (16, jnp.float16)])
+@pytest.mark.parametrize("window,state_dtype", matrix(
+    [(None, jnp.float32), (16, jnp.float32), (None, jnp.bfloat16), (16, jnp.float16)],
+    keep={0, 3}))
 @pytest.mark.parametrize("backend", ["reference", "interpret"])
 def test_modes_agree_bitwise_on_trees(backend, window, state_dtype):
   """Random draft trees and chains in both modes, deferred commit and 16-bit states
@@ -374,8 +375,8 @@ def test_compact_folds_the_accepted_path(backend):
       assert int(after_chain.pending[0]) == 4, "rows 0, 1 stay pending ahead of the call's"
 
 
-@pytest.mark.parametrize("mode,window", [("snapshot", None), ("compact", None),
-                                         ("compact", 16)])
+@pytest.mark.parametrize("mode,window", matrix([("snapshot", None), ("compact", None),
+                                                ("compact", 16)], keep={0, 2}))
 def test_trees_under_sharding_match_one_device(mode, window):
   """Draft trees with heads over 2 devices and sequences over 2: the sharded op equals the
   one-device run bitwise (y and every state leaf after each call), and the sharded mixer to
