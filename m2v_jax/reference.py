@@ -393,23 +393,6 @@ def _window_status(cfg, state: CompactState, state_row, safe):
   return n_fold, path, row_bits, starts, pending, state.origin[safe]
 
 
-def path_window(raw, row_bits, K1):
-  """Positions [B, K1] in `raw` ([conv state (K1 columns); the last call's raw rows]) of the
-  conv window after the accepted row: the last K1 entries of [conv state; the row's path]."""
-  cap = raw.shape[1] - K1
-  r = jnp.arange(cap)[None, :]
-  on = ((row_bits[:, None] >> r) & 1) > 0                                     # [B, cap]
-  d = jnp.sum(on, axis=1)
-  rank = jnp.cumsum(on, axis=1) - 1                                           # [B, cap]
-  pos = []
-  for q in range(K1):
-    s = d + q                    # position in [conv state; path rows]
-    k = s - K1                   # path row k, where s >= K1
-    row = jnp.sum(jnp.where(on & (rank == k[:, None]), r, 0), axis=1)
-    pos.append(jnp.where(s < K1, s, K1 + row))
-  return jnp.stack(pos, axis=1)
-
-
 def fold(cfg, params, state: CompactState, state_row, safe):
   """Folds the pending rows on the path to `state_row` into the base (`status.fold_path`), as
   the SSM kernel does.
@@ -440,8 +423,9 @@ def fold(cfg, params, state: CompactState, state_row, safe):
   if row_bits is None:
     off = jnp.where(pending > 0, state_row + 1, 0)
     pos = jnp.clip(off[:, None] + jnp.arange(K1)[None, :], 0, raw.shape[1] - 1)
-  else:
-    pos = path_window(raw, row_bits, K1)
+  else:                          # positions in raw of `status.path_taps`' entries
+    pos = jnp.stack([jnp.where(r >= 0, K1 + r, q)
+                     for q, r in status.path_taps(row_bits, K1)], axis=1)
   conv = jnp.swapaxes(jnp.take_along_axis(raw, pos[..., None], axis=1), 1, 2)
   return S, conv, n_fold, path
 

@@ -130,6 +130,20 @@ def fold_path(pending, first, row_bits):
   return jnp.where(pending > 0, head | jnp.left_shift(row_bits, first), 0).astype(jnp.int32)
 
 
+def path_taps(row_bits, K1):
+  """Compact: the conv window after the last call's row whose `last_bits` are `row_bits` (0:
+  nothing pending): the last K1 entries of [conv state; the row's path]. Returns, for each
+  entry j, (conv state column, last call's row): the row where it is >= 0, else the column.
+  Scalars in a kernel, [B] arrays in the reference."""
+  d = jax.lax.population_count(row_bits)
+  rest, tops = row_bits, []                 # the path's rows from the last one back
+  for _ in range(K1):
+    top = 31 - jax.lax.clz(rest)            # -1 once none is left
+    tops.append(top)
+    rest = jnp.where(top >= 0, rest & ~jnp.left_shift(1, jnp.maximum(top, 0)), 0)
+  return [(d + j, tops[K1 - 1 - j]) for j in range(K1)]
+
+
 def flushes(cfg, R: int, n_replay, n, xp=jnp, path=None):
   """Compact: whether a call flushes (new base, its rows from window row 0). With `path`
   (`fold_path`), also where the folded rows leave a gap (a draft tree's rows off the accepted

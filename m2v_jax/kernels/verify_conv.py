@@ -46,19 +46,6 @@ def _shared(idx_ref, b, entry, B):
   return (entry >= 0) & (jnp.max(jnp.where((ids == entry) & (j != b), 1, 0)) > 0)
 
 
-def path_taps(row_bits, K1):
-  """The conv window after the last call's row whose `last_bits` are `row_bits` (0: nothing
-  pending): the last K1 entries of [conv state; the row's path]. Returns, for each entry j,
-  (conv state column, last call's row): the row where it is >= 0, else the column."""
-  d = lax.population_count(row_bits)
-  rest, tops = row_bits, []                 # the path's rows from the last one back
-  for _ in range(K1):
-    top = 31 - lax.clz(rest)                # -1 once none is left
-    tops.append(top)
-    rest = jnp.where(top >= 0, rest & ~jnp.left_shift(1, jnp.maximum(top, 0)), 0)
-  return [(d + j, tops[K1 - 1 - j]) for j in range(K1)]
-
-
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
                  lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref,
                  dtb_ref, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
@@ -110,7 +97,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     if plan.compact and plan.walk:
       # The window after row `row` of the last call: the last K-1 of [conv | its path].
       win = []
-      for q, r in path_taps(row_bits, K1):
+      for q, r in status.path_taps(row_bits, K1):
         old = conv_ref[e, cs, jnp.clip(q, 0, K1 - 1)].astype(f32)
         raw = last_ref[e, jnp.clip(r, 0, cap - 1), cs].astype(f32)
         win.append(jnp.where(r >= 0, raw, old))
