@@ -583,8 +583,10 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
   rows_out = []
   params = params_lib.random_params(_geom)
   for mode, B in [(m, b) for m in modes for b in batches] if tile_variants else ():
-    nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
     for R in sizes:
+      # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once.
+      pool_mib = (1 + len(tile_variants)) * (R + 1) * 4
+      nb = max(1, min(banks, int(48 * (1 << 30) // (B * pool_mib * MiB))))
       cfg = _geom.replace(capacity=R, replay_mode=mode)
       base = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True)
       variants = [loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True,
@@ -954,7 +956,8 @@ flags.DEFINE_list("loop_tiles", [], "verify tiles of extra compact cases in the 
                   "(as --sweep_tiles), timed beside the table's")
 flags.DEFINE_list("tree_tiles", [], "verify tiles of tree cases timed against the table's "
                   "first in the tree suite (`TileConfig.replace_from_text`, e.g. "
-                  "32:4:64:tree_prefetch=1)")
+                  "32:4:64:tree_recompute=0)")
+flags.DEFINE_list("tree_modes", ["snapshot", "compact"], "modes of the tree suite")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"], "cases of the prefill suite")
@@ -1019,7 +1022,7 @@ def main(argv):
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],
-                                       tile_variants=FLAGS.tree_tiles),
+                                       modes=FLAGS.tree_modes, tile_variants=FLAGS.tree_tiles),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),

@@ -15,20 +15,30 @@ MAX_ROWS = 31
 
 
 def ancestor_bits(parents):
-  """[B, R] int32 `parents` (-1: the root) -> [B, R] int32, bit k of row t set where row k is
-  row t or one of its ancestors. Pointer doubling: after round j each row holds its ancestors
-  up to 2**j - 1 levels up, so five rounds of gathers cover any tree of MAX_ROWS rows (no
-  loop over the rows, which on a GPU costs a launch and a host round trip per row)."""
+  """[..., R] int32 `parents` (-1: the root) -> [..., R] int32, bit k of row t set where row k
+  is row t or one of its ancestors (`doubled_bits`); raises ValueError past MAX_ROWS rows."""
   parents = jnp.asarray(parents, jnp.int32)
-  B, R = parents.shape
+  R = parents.shape[-1]
   if R > MAX_ROWS:
     raise ValueError(f"parents: a tree call takes at most {MAX_ROWS} rows, got {R}")
-  rows = jnp.arange(R, dtype=jnp.int32)
-  up = jnp.where(parents < 0, rows[None, :], parents)      # the root points at itself
-  bits = jnp.broadcast_to(jnp.int32(1) << rows, (B, R))
+  return doubled_bits(parents)
+
+
+def doubled_bits(parents):
+  """`ancestor_bits` by pointer doubling, in jax.numpy that the kernels lower too: after
+  round j each row holds its ancestors up to 2**j - 1 levels up, so ceil(log2(R)) rounds
+  cover any tree; each round's gathers are one-hot sums over [R, R] (no loop over the rows,
+  which on a GPU costs a launch per row, and no gather, which the Triton lowering lacks). A
+  row past bit 31 gets the sign bit for itself."""
+  R = parents.shape[-1]
+  rows = lax.broadcasted_iota(jnp.int32, parents.shape, parents.ndim - 1)
+  cols = lax.broadcasted_iota(jnp.int32, parents.shape + (R,), parents.ndim)
+  up = jnp.where(parents < 0, rows, parents)              # the root points at itself
+  bits = jnp.left_shift(jnp.int32(1), rows)
   for _ in range(max(R - 1, 0).bit_length()):
-    bits = bits | jnp.take_along_axis(bits, up, axis=1)
-    up = jnp.take_along_axis(up, up, axis=1)
+    hot = up[..., None] == cols                           # [..., R, R]: each row's pointer
+    bits = bits | jnp.sum(jnp.where(hot, bits[..., None, :], 0), axis=-1)
+    up = jnp.sum(jnp.where(hot, up[..., None, :], 0), axis=-1)
   return bits
 
 

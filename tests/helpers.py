@@ -81,11 +81,12 @@ def inputs(cfg, B, R, dtype=jnp.float32, rng=None, z=False):
   return xbc, dt
 
 
-def random_state(cfg, E, dtype=jnp.float32, rng=None, conv_dtype=None):
+def random_state(cfg, E, dtype=jnp.float32, rng=None, conv_dtype=None,
+                 state_dtype=jnp.float32):
   """A state pool with random committed states in every snapshot slot / the compact base
   (nothing pending: the window and its bookkeeping zero)."""
   rng = rng if rng is not None else np.random.default_rng(1)
-  shapes = m.state_shapes(cfg, E, dtype, conv_dtype)
+  shapes = m.state_shapes(cfg, E, dtype, conv_dtype, state_dtype)
   leaves = []
   for name, s in zip(type(shapes)._fields, shapes):
     if name in ("ssm", "conv"):

@@ -40,6 +40,7 @@ flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_s
                     "any TileConfig field as :name=value, instead of the table's")
 
 
+flags.DEFINE_integer("capacity", None, "capacity (default: Bolt's, 8)")
 flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
 flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
                   "launches, the body in segments of capacity rows)")
@@ -58,7 +59,7 @@ def main(argv):
   if backend != "pallas":
     sys.exit("profile_call.py: profiles the compiled kernels: needs a GPU "
              f"(the backend here is {backend!r})")
-  cfg = m.BOLT.replace(replay_mode=FLAGS.mode,
+  cfg = m.BOLT.replace(replay_mode=FLAGS.mode, capacity=FLAGS.capacity or m.BOLT.capacity,
                        window=FLAGS.window if FLAGS.mode == "compact" else None)
   B, R, dtype = FLAGS.batch, FLAGS.rows, jnp.dtype(FLAGS.dtype)
   rng = np.random.default_rng(0)

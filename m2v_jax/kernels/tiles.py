@@ -43,13 +43,15 @@ class TileConfig:
     n_cols: columns of the state's chunks (at most N).
     block_c: conv channels per conv program.
     prep_warps: warps per conv program.
-    tree_prefetch: 1: a draft tree's snapshot SSM program loads the parent slot of the next
-      row one row ahead (a second state tile in registers) instead of after a barrier when
-      the row starts; 0: it does not.
+    tree_recompute: in a draft tree's snapshot SSM program, a row whose parent is not the
+      row before starts from the parent's state refolded from the call's start state
+      (held in registers) along the parent's path when that path has at most this many
+      rows, else from the parent's slot reloaded from memory (0: always reloaded). The two
+      are bitwise the same.
 
   Raises:
-    ValueError: a size that is not a power of two, num_stages below 1, tree_prefetch not 0
-      or 1.
+    ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
+      below 0.
   """
 
   block_p: int
@@ -58,14 +60,14 @@ class TileConfig:
   n_cols: int = 64
   block_c: int = 128
   prep_warps: int = 4
-  tree_prefetch: int = 0
+  tree_recompute: int = 8
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
     if self.num_stages < 1:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
-    if self.tree_prefetch not in (0, 1):
-      raise ValueError(f"TileConfig.tree_prefetch: expected 0 or 1, got {self.tree_prefetch}")
+    if self.tree_recompute < 0:
+      raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

@@ -9,7 +9,6 @@ import jax.numpy as jnp
 
 from m2v_jax import config as config_lib
 from m2v_jax import status
-from m2v_jax import tree as tree_lib
 from m2v_jax.kernels import dual
 from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels import verify_conv
@@ -102,13 +101,12 @@ class Plan:
 def run(plan: Plan, params, state, args, parents=None):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
   in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent."""
-  tree_refs = {}
-  if plan.tree:
-    bits = tree_lib.ancestor_bits(parents)
-    tree_refs = dict(par_ref=jnp.asarray(parents, jnp.int32),
-                     bits_ref=jnp.pad(bits, [(0, 0), (0, plan.KT - plan.R)]))
-  prepped = verify_conv.conv(plan, params, state, args, tree_refs.get("par_ref"))
-  out = verify_ssm.ssm(plan, params, state, prepped, args, **tree_refs)
+  par = None
+  if plan.tree:                        # padded to KT rows, each its own root
+    par = jnp.pad(jnp.asarray(parents, jnp.int32), [(0, 0), (0, plan.KT - plan.R)],
+                  constant_values=-1)
+  prepped = verify_conv.conv(plan, params, state, args, par)
+  out = verify_ssm.ssm(plan, params, state, prepped, args, par)
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       last_xbc=prepped["last_out_ref"], win_xb=prepped["wxb_out_ref"],

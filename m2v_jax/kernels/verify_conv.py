@@ -8,6 +8,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from m2v_jax import status
+from m2v_jax import tree
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
@@ -51,15 +52,16 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
                  dtb_ref, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
                  last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
                  dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
-                 prev_origin_ref=None, plan):
-  """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does dt.
+                 prev_origin_ref=None, bits_ref=None, plan):
+  """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does
+  dt (and a tree's ancestor bits).
 
   Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
     pend_ref, starts_ref, origin_ref  [E] int32       window bookkeeping (read only)
     lbits_ref  [E, cap] int32                         the last call's rows' ancestor bits
     xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
-    par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
+    par_ref    [B, KT] int32                          a tree's parent rows (None: a chain)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
     conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
     last_ref   [E, cap, C]                            -> last_out_ref (aliased)
@@ -69,6 +71,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     fold_ref   [B] int32                              `rows_to_replay`, -1: rejected
     path_ref   [B] int32                              the folded rows' mask (`fold_path`)
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
+    bits_ref   [B, KT] int32                          a tree's ancestor bits (rows past R: 0)
   """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
@@ -168,6 +171,10 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
   @pl.when(pid == n_cblocks)
   def _dt():
     fold_ref[b] = jnp.where(valid, n_fold, -1)
+    if plan.tree:
+      kt = lax.broadcasted_iota(jnp.int32, (plan.KT,), 0)
+      bits_ref[b, pl.ds(0, plan.KT)] = jnp.where(
+          kt < R, tree.doubled_bits(par_ref[b, pl.ds(0, plan.KT)]), 0)
     if plan.compact:
       prev_starts_ref[b] = starts
       prev_origin_ref[b] = origin
@@ -243,7 +250,7 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
 
 def conv(plan, params, state, args, parents=None):
   """Runs the conv launch of `plan` on `args` (`status.CallArgs`), with a tree's `parents`
-  [B, R] where `plan.tree`; returns its outputs by name."""
+  [B, KT] (-1 past R) where `plan.tree`; returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
@@ -271,7 +278,8 @@ def conv(plan, params, state, args, parents=None):
                    fold_ref=sds((B,), i32),
                    path_ref=sds((B,), i32) if plan.walk else None,
                    prev_starts_ref=sds((B,), i32) if compact else None,
-                   prev_origin_ref=sds((B,), i32) if compact else None),
+                   prev_origin_ref=sds((B,), i32) if compact else None,
+                   bits_ref=sds((B, plan.KT), i32) if plan.tree else None),
       aliases=dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",
                    wdt_ref="wdt_out_ref"),
       grid=(C // plan.block_c + 1, B),

@@ -36,7 +36,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
     z_ref [B, R, H*P]                                 optional gate
-    par_ref [B, R], bits_ref [B, KT] int32            a tree's parent rows and ancestor bits
+    par_ref, bits_ref [B, KT] int32                   a tree's parent rows, ancestor bits
     alog_ref, d_ref                   [H] f32
     ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
@@ -116,43 +116,71 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
     backend.static_loop(L, store_row, plan.interpret)
 
+  def walk(S, steps, first, next_row, load, again=None):
+    """S after `steps` rows from `first` = (row, rest), `next_row(rest)` -> (row, rest), each
+    row `load(row)`ed one update ahead; rounded first where `again(row, previous row)`."""
+    def fold_row(_, carry):
+      S, j, rest, ahead = carry[:4]
+      if again is not None:
+        S = lax.cond(again(j, carry[4]), rounded, lambda s: s, S)
+      j_next, rest = next_row(rest)
+      loaded = load(j_next)            # issued before this row's update
+      return (update(S, *ahead), j_next, rest, loaded) + ((j,) if again is not None else ())
+
+    j0, rest0 = first
+    carry = (S, j0, rest0, load(j0)) + ((j0 - 1,) if again is not None else ())
+    return lax.fori_loop(0, steps, fold_row, carry)[0]
+
+  def lowest(rest):                    # (the lowest row of mask `rest` (0 if none), the others)
+    return jnp.maximum(31 - lax.clz(rest & -rest), 0), rest & (rest - 1)
+
   def new_rows(S, t0, L, store):
-    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead."""
+    """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead.
+    A tree row whose parent is not the row before starts from the parent's state, refolded
+    from the start state S along the parent's path (at most `tree_recompute` rows; a longer
+    path reloads the parent's slot), rounded as the slot would hold it."""
+    S0 = S
+    depth = plan.tiles.tree_recompute
+
     def ahead(i):
       return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
 
-    def from_parent(i, S):            # a tree row whose parent is not the row before it
+    def from_parent(i, S):
       par = par_ref[b, t0 + i]
-      reload = (par >= 0) & (par != t0 + i - 1)
       slot = jnp.clip(par, 0, R - 1)
-      # The slot's stores happen before its reload in every thread, whatever the two layouts.
-      backend.barrier(plan.interpret)
-      return lax.cond(reload, lambda: [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32)
-                                       for c in chunks], lambda: S)
+      path = bits_ref[b, slot]
 
-    def parent_ahead(i):             # the state row i starts from, if not row i - 1's
-      # The slot's stores (rows < i - 1) happen before its load in every thread.
-      backend.barrier(plan.interpret)
-      slot = jnp.clip(par_ref[b, t0 + jnp.minimum(i, L - 1)], 0, R - 1)
-      return [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32) for c in chunks]
+      def refold():                    # t0 == 0 in a tree
+        again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
+        load = lambda j: row(xr_ref, dtr_ref, b, j)
+        return rounded(walk(S0, lax.population_count(path), lowest(path), lowest, load,
+                            again))
+
+      def reload():
+        # The slot's stores happen before its reload in every thread, whatever the layouts.
+        backend.barrier(plan.interpret)
+        return [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32) for c in chunks]
+
+      def from_slot():
+        if depth >= R - 1:             # every parent's path fits
+          return refold()
+        if depth == 0:
+          return reload()
+        return lax.cond(lax.population_count(path) <= depth, refold, reload)
+
+      return lax.cond((par >= 0) & (par != t0 + i - 1), from_slot, lambda: S)
 
     def step(i, carry):
-      S, cur = carry[:2]
+      S, cur = carry
       loaded = ahead(i + 1)
-      if prefetch:
-        par = par_ref[b, t0 + i]
-        S = [jnp.where((par >= 0) & (par != t0 + i - 1), p, s) for p, s in zip(carry[2], S)]
-        parent = parent_ahead(i + 1)
-      elif plan.tree:
+      if plan.tree:
         S = from_parent(i, S)
       S = update(S, *cur)
       if store:
         store(S, i)
-      return (S, loaded) + ((parent,) if prefetch else ())
+      return S, loaded
 
-    prefetch = plan.tree and bool(plan.tiles.tree_prefetch)
-    carry = (S, ahead(0)) + ((S,) if prefetch else ())    # row 0's parent is the start
-    return lax.fori_loop(0, L, step, carry)[0]
+    return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
 
   @pl.when(valid)
   def _run():
@@ -165,11 +193,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
       if plan.walk:                    # the path's rows, lowest first
         path = path_ref[b]
-        steps = lax.population_count(path)
-
-        def next_row(rest):            # (the lowest row of `rest` (0 if none), the others)
-          return jnp.maximum(31 - lax.clz(rest & -rest), 0), rest & (rest - 1)
-        first_row = next_row(path)
+        steps, next_row = lax.population_count(path), lowest
+        first_row = lowest(path)
       else:                            # pending rows 0 .. n_fold - 1
         path, steps, last = None, n_fold, jnp.maximum(n_fold - 1, 0)
 
@@ -181,24 +206,17 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         return row(wxb_ref, wdt_ref, e, status.ring_row(cfg, origin, j))
 
       # A 16-bit state rounds before a row that began a later call (deferred commit) and
-      # before a tree row whose parent is not the row before it (snapshot mode reloads the
-      # parent's stored slot there): the previous folded row is carried for the latter.
-      rounds = plan.state_dtype != f32 and (cfg.deferred or plan.walk)
-
-      def fold_row(_, carry):          # folds pending row j while the next one loads
-        S, j, rest, ahead = carry[:4]
-        if rounds:
-          again = (j > carry[4] + 1) if plan.walk else False
+      # before a tree row whose parent is not the row before it (snapshot mode starts such a
+      # row from the parent's stored state).
+      again = None
+      if plan.state_dtype != f32 and (cfg.deferred or plan.walk):
+        def again(j, j_prev):
+          gap = (j > j_prev + 1) if plan.walk else False
           if cfg.deferred:
-            again = again | ((((starts >> j) & 1) > 0) & (j > 0))
-          S = lax.cond(again, rounded, lambda s: s, S)
-        j_next, rest = next_row(rest)
-        loaded = ring(j_next)          # issued before this row's update
-        return (update(S, *ahead), j_next, rest, loaded) + ((j,) if rounds else ())
+            gap = gap | ((((starts >> j) & 1) > 0) & (j > 0))
+          return gap
 
-      j0, rest0 = first_row
-      carry = (S, j0, rest0, ring(j0)) + ((j0 - 1,) if rounds else ())
-      S = rounded(lax.fori_loop(0, steps, fold_row, carry)[0])
+      S = rounded(walk(S, steps, first_row, next_row, ring, again))
       flush = status.flushes(cfg, R, n_fold, n, path=path)
       if not body:
         pl.when((n_fold > 0) & flush)(lambda: store_state(S))
@@ -253,10 +271,10 @@ def _store(ref, at, value):
   ref[at] = value
 
 
-def ssm(plan, params, state, prepped, args, par_ref=None, bits_ref=None):
-  """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs,
-  with a tree's parents [B, R] and ancestor bits [B, KT] where `plan.tree`; returns its
-  outputs by name."""
+def ssm(plan, params, state, prepped, args, parents=None):
+  """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs
+  (a tree's ancestor bits among them), with a tree's parents [B, KT] (-1 past R) where
+  `plan.tree`; returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
@@ -269,7 +287,7 @@ def ssm(plan, params, state, prepped, args, par_ref=None, bits_ref=None):
                   prev_starts_ref=prepped.get("prev_starts_ref"),
                   prev_origin_ref=prepped.get("prev_origin_ref"),
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
-                  z_ref=args.z if plan.has_z else None, par_ref=par_ref, bits_ref=bits_ref,
+                  z_ref=args.z if plan.has_z else None, par_ref=parents, bits_ref=prepped.get("bits_ref"),
                   alog_ref=params.A_log, d_ref=params.D,
                   ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
                   wdt_ref=prepped.get("wdt_out_ref"),
