@@ -291,7 +291,10 @@ def state_rows(cfg, state_row, B, cache_indices):
 
 def parents(parents, B, R):
   """Checks a draft tree's `parents` [B, R]: host values with -1 at row 0 (the root) and
-  0 <= parents[b, r] < r after it; a device array needs only its shape and dtype."""
+  0 <= parents[b, r] < r after it; a device array needs only its shape and dtype. Either
+  way at most `tree.MAX_ROWS` rows."""
+  if R > tree.MAX_ROWS:
+    raise ValueError(f"parents: a tree call takes at most {tree.MAX_ROWS} rows, got {R}")
   if not is_host(parents):
     expect("parents", parents, (B, R), (jnp.int32,))
     return parents
@@ -300,8 +303,6 @@ def parents(parents, B, R):
     raise TypeError(f"parents: expected integers, got {arr.dtype}")
   if arr.shape != (B, R):
     raise ValueError(f"parents: expected shape [{B}, {R}], got {list(arr.shape)}")
-  if R > tree.MAX_ROWS:
-    raise ValueError(f"parents: a tree call takes at most {tree.MAX_ROWS} rows, got {R}")
   bad = np.argwhere(~tree.parent_ok(arr, xp=np))
   if bad.size:
     b, t = (int(v) for v in bad[0])

@@ -28,17 +28,18 @@ def doubled_bits(parents):
   """`ancestor_bits` by pointer doubling, in jax.numpy that the kernels lower too: after
   round j each row holds its ancestors up to 2**j - 1 levels up, so ceil(log2(R)) rounds
   cover any tree; each round's gathers are one-hot sums over [R, R] (no loop over the rows,
-  which on a GPU costs a launch per row, and no gather, which the Triton lowering lacks). A
-  row past bit 31 gets the sign bit for itself."""
+  which on a GPU costs a launch per row, and no gather, which the Triton lowering lacks). Row
+  31 has the sign bit for itself; rows from 32 on (padding) have no bit of their own."""
   R = parents.shape[-1]
-  rows = lax.broadcasted_iota(jnp.int32, parents.shape, parents.ndim - 1)
-  cols = lax.broadcasted_iota(jnp.int32, parents.shape + (R,), parents.ndim)
+  i32 = jnp.int32
+  rows = lax.broadcasted_iota(i32, parents.shape, parents.ndim - 1)
+  cols = lax.broadcasted_iota(i32, parents.shape + (R,), parents.ndim)
   up = jnp.where(parents < 0, rows, parents)              # the root points at itself
-  bits = jnp.left_shift(jnp.int32(1), rows)
+  bits = jnp.where(rows < 32, jnp.left_shift(i32(1), jnp.minimum(rows, 31)), 0)
   for _ in range(max(R - 1, 0).bit_length()):
     hot = up[..., None] == cols                           # [..., R, R]: each row's pointer
-    bits = bits | jnp.sum(jnp.where(hot, bits[..., None, :], 0), axis=-1)
-    up = jnp.sum(jnp.where(hot, up[..., None, :], 0), axis=-1)
+    bits = bits | jnp.sum(jnp.where(hot, bits[..., None, :], 0), axis=-1, dtype=i32)
+    up = jnp.sum(jnp.where(hot, up[..., None, :], 0), axis=-1, dtype=i32)
   return bits
 
 

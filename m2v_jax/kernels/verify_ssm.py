@@ -45,6 +45,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     y_ref      [B, R, H*P]                            (None in a fold)
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
+  assert not (plan.tree and body), "a tree call has at most capacity rows"
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, GN = cfg.d_inner, G * N
   BP, NC = plan.block_p, plan.n_cols
@@ -150,7 +151,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       slot = jnp.clip(par, 0, R - 1)
       path = bits_ref[b, slot]
 
-      def refold():                    # t0 == 0 in a tree
+      def refold():                    # t0 == 0 in a tree (no body)
         again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
         load = lambda j: row(xr_ref, dtr_ref, b, j)
         return rounded(walk(S0, lax.population_count(path), lowest(path), lowest, load,
