@@ -573,31 +573,33 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
 
 
 def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
-               modes=(config_lib.SNAPSHOT, config_lib.COMPACT), tile_variants=()):
+               modes=(config_lib.SNAPSHOT, config_lib.COMPACT), tile_variants=(),
+               variant_chains=False):
   """Each mode: draft trees against chains of the same rows (8 and 16, the capacity set to
   them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
   8-row chain. Ratio: the chain's time over the tree's. Where `tile_variants`
-  (`TileConfig.replace_from_text`) are given, first each mode's trees with each of them
-  against the table's tiles, timed interleaved (ratio: the table's time over the
-  variant's)."""
+  (`TileConfig.replace_from_text`) are given, first each mode's trees (and chains, with
+  `variant_chains`) with each of them against the table's tiles, timed interleaved (ratio:
+  the table's time over the variant's)."""
   rows_out = []
   params = params_lib.random_params(_geom)
-  for mode, B in [(m, b) for m in modes for b in batches] if tile_variants else ():
-    for R in sizes:
-      # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once.
-      pool_mib = (1 + len(tile_variants)) * (R + 1) * 4
-      nb = max(1, min(banks, int(48 * (1 << 30) // (B * pool_mib * MiB))))
-      cfg = _geom.replace(capacity=R, replay_mode=mode)
-      base = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True)
-      variants = [loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=True,
-                            tiles=tiles_lib.tile_config(cfg, B).replace_from_text(v))
-                  for v in tile_variants]
-      t = time_cases([base] + variants, blocks)
-      rows_out.append(_row(base, t[base.name], bw))
-      for v in variants:
-        rows_out.append(_row(v, t[v.name], bw, ratio_ci(t[base.name], t[v.name])))
-      print(format_rows(rows_out[-(1 + len(variants)):]), flush=True)
-      del base, variants
+  groups = [(m, b, R, t) for m in modes for b in batches for R in sizes
+            for t in ((True, False) if variant_chains else (True,))]
+  for mode, B, R, tree in groups if tile_variants else ():
+    # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once.
+    pool_mib = (1 + len(tile_variants)) * (R + 1) * 4
+    nb = max(1, min(banks, int(48 * (1 << 30) // (B * pool_mib * MiB))))
+    cfg = _geom.replace(capacity=R, replay_mode=mode)
+    base = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree)
+    variants = [loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree,
+                          tiles=tiles_lib.tile_config(cfg, B).replace_from_text(v))
+                for v in tile_variants]
+    t = time_cases([base] + variants, blocks)
+    rows_out.append(_row(base, t[base.name], bw))
+    for v in variants:
+      rows_out.append(_row(v, t[v.name], bw, ratio_ci(t[base.name], t[v.name])))
+    print(format_rows(rows_out[-(1 + len(variants)):]), flush=True)
+    del base, variants
   for mode in modes:
     for B in batches:
       # Snapshot: four pools live at once, 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt,
@@ -958,6 +960,8 @@ flags.DEFINE_list("tree_tiles", [], "verify tiles of tree cases timed against th
                   "first in the tree suite (`TileConfig.replace_from_text`, e.g. "
                   "32:4:64:tree_recompute=0)")
 flags.DEFINE_list("tree_modes", ["snapshot", "compact"], "modes of the tree suite")
+flags.DEFINE_bool("tree_variant_chains", False, "the tree suite's --tree_tiles variants time "
+                  "chains of the same rows too")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"], "cases of the prefill suite")
@@ -1022,7 +1026,8 @@ def main(argv):
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],
-                                       modes=FLAGS.tree_modes, tile_variants=FLAGS.tree_tiles),
+                                       modes=FLAGS.tree_modes, tile_variants=FLAGS.tree_tiles,
+                                       variant_chains=FLAGS.tree_variant_chains),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),
