@@ -59,7 +59,7 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   git log -1 --format='commit %H %s' 2>/dev/null; } 2>&1 | tee "$OUT/device.txt"
 for s in $STAGES; do
   case $s in
-    gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 420 \
+    gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 560 \
                  $PY -m pytest --durations=15 -m gpu tests -p no:cacheprovider -p no:benchmark \
                  -n "${M2V_TEST_WORKERS:-12}" --timeout="${M2V_TEST_TIMEOUT:-240}" --timeout-method=thread \
                  ${M2V_GPU_TESTS_K:+-k "$M2V_GPU_TESTS_K"} ;;
