@@ -455,11 +455,29 @@ def acceptance_table(rng, rounds, banks, B, R, vary_rows=False, p=ACCEPT_PROB):
 STATE_NAMES = {"float32": "", "bfloat16": " state=bf16", "float16": " state=f16"}
 
 
-def tree_table(rng, rounds, banks, B, R):
-  """Random draft trees [rounds, banks, B, R] int32: row 0 the root (-1), each later row's
-  parent drawn uniformly among the rows before it."""
-  r = np.arange(R)
-  par = np.floor(rng.random((rounds, banks, B, R)) * np.maximum(r, 1)).astype(np.int32)
+TREE_SHAPES = ("uniform", "bfs")
+
+
+def tree_table(rng, rounds, banks, B, R, shape="uniform"):
+  """Random draft trees [rounds, banks, B, R] int32, row 0 the root (-1). `uniform`: each
+  later row's parent drawn uniformly among the rows before it. `bfs`: breadth-first levels of
+  up to four rows after the root (the order in which EAGLE lists a top-k tree), each row's
+  parent drawn among the level before it, its first rows likelier (weight 1 / (1 + rank))."""
+  size = (rounds, banks, B, R)
+  if shape == "uniform":
+    r = np.arange(R)
+    par = np.floor(rng.random(size) * np.maximum(r, 1)).astype(np.int32)
+  elif shape == "bfs":
+    par = np.zeros(size, np.int32)
+    level, r = [0], 1
+    while r < R:
+      nxt = list(range(r, min(r + 4, R)))
+      w = 1.0 / (1.0 + np.arange(len(level)))
+      pick = rng.choice(len(level), size=size[:-1] + (len(nxt),), p=w / w.sum())
+      par[..., nxt] = np.asarray(level, np.int32)[pick]
+      level, r = nxt, nxt[-1] + 1
+  else:
+    raise ValueError(f"tree shape: expected one of {TREE_SHAPES}, got {shape!r}")
   par[..., 0] = -1
   return par
 
@@ -472,11 +490,13 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
   the mean compulsory bytes of its calls. `pooled`: the `banks` sets are B-entry slices of
   one pool of banks * B entries (`cache_indices` pick them), as a serving engine's pool,
   which keeps the step's arguments few. `tree`: every call verifies a random draft tree
-  (`tree_table`)."""
+  (`tree_table`; True or "uniform", or another of TREE_SHAPES)."""
   rounds = -(-(min_calls or _min_calls) // banks)
   rng = np.random.default_rng(seed)
   rows, nrows = acceptance_table(rng, rounds, banks, B, R, vary_rows)
-  tree_table_ = tree_table(rng, rounds, banks, B, R) if tree else None
+  shape = "uniform" if tree is True else tree
+  label = "" if not tree else " tree" if shape == "uniform" else f" tree={shape}"
+  tree_table_ = tree_table(rng, rounds, banks, B, R, shape) if tree else None
   trees = _per_call(tree_table_) if tree else None
   xbc, dt = _inputs(cfg, B, R, dtype)
   sets = 1 if pooled else banks
@@ -516,7 +536,7 @@ def loop_case(cfg, B, R, banks, dtype, params, vary_rows=False, seed=0, min_call
                           for r in range(rounds) for j in range(banks)]))
   name = (f"{cfg.replay_mode} B={B} R={R} row=accept" + (" num_rows=accept" if vary_rows else "")
           + (f" W={cfg.window}" if cfg.compact and cfg.deferred else "")
-          + STATE_NAMES[jnp.dtype(state_dtype).name] + (" tree" if tree else "")
+          + STATE_NAMES[jnp.dtype(state_dtype).name] + label
           + f" {_backend_name}"
           + (f" {_tiles_text(tiles)}" if tiles is not None else ""))
   return make_case(name, fn, lambda: state_lib.init_state(cfg, entries, dtype,
@@ -574,17 +594,17 @@ def suite_loop(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), vary_batches=(
 
 def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
                modes=(config_lib.SNAPSHOT, config_lib.COMPACT), tile_variants=(),
-               variant_chains=False):
-  """Each mode: draft trees against chains of the same rows (8 and 16, the capacity set to
-  them), each call's tree and `state_row` drawn afresh; the 16-row tree also against the
-  8-row chain. Ratio: the chain's time over the tree's. Where `tile_variants`
-  (`TileConfig.replace_from_text`) are given, first each mode's trees (and chains, with
-  `variant_chains`) with each of them against the table's tiles, timed interleaved (ratio:
-  the table's time over the variant's)."""
+               variant_chains=False, shapes=("uniform",)):
+  """Each mode: draft trees of each of `shapes` (`tree_table`) against chains of the same
+  rows (8 and 16, the capacity set to them), each call's tree and `state_row` drawn afresh;
+  the 16-row trees also against the 8-row chain. Ratio: the chain's time over the tree's.
+  Where `tile_variants` (`TileConfig.replace_from_text`) are given, first each mode's trees
+  (and chains, with `variant_chains`) with each of them against the table's tiles, timed
+  interleaved (ratio: the table's time over the variant's)."""
   rows_out = []
   params = params_lib.random_params(_geom)
-  groups = [(m, b, R, t) for m in modes for b in batches for R in sizes
-            for t in ((True, False) if variant_chains else (True,))]
+  kinds = tuple(shapes) + ((False,) if variant_chains else ())
+  groups = [(m, b, R, t) for m in modes for b in batches for R in sizes for t in kinds]
   for mode, B, R, tree in groups if tile_variants else ():
     # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once.
     pool_mib = (1 + len(tile_variants)) * (R + 1) * 4
@@ -602,23 +622,30 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
     del base, variants
   for mode in modes:
     for B in batches:
-      # Snapshot: four pools live at once, 9 + 9 + 17 + 17 slots of 4 MiB a sequence (Bolt,
-      # float32); one set each where two would not fit in 48 GiB (then far past the L2).
-      nb = max(1, min(banks, int(48 * (1 << 30) // (B * 208 * MiB))))
+      # Snapshot: a chain's pool and each shape's live at once for each size, R + 1 slots of
+      # 4 MiB a sequence (Bolt, float32); one set each where two would not fit in 48 GiB
+      # (then far past the L2).
+      pool_mib = (1 + len(shapes)) * sum(R + 1 for R in sizes) * 4
+      nb = max(1, min(banks, int(48 * (1 << 30) // (B * pool_mib * MiB))))
       cases = {}
       for R in sizes:
         cfg = _geom.replace(capacity=R, replay_mode=mode)
-        for tree in (False, True):
+        for tree in (False,) + tuple(shapes):
           cases[(R, tree)] = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree)
       t = time_cases(list(cases.values()), blocks)
+      n0 = len(rows_out)
       for R in sizes:
-        a, b = cases[(R, False)], cases[(R, True)]
+        a = cases[(R, False)]
         rows_out.append(_row(a, t[a.name], bw))
-        rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+        for shape in shapes:
+          b = cases[(R, shape)]
+          rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
       if 8 in sizes and 16 in sizes:
-        a, b = cases[(8, False)], cases[(16, True)]
-        rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
-      print(format_rows(rows_out[-(2 * len(sizes) + 1):]), flush=True)
+        a = cases[(8, False)]
+        for shape in shapes:
+          b = cases[(16, shape)]
+          rows_out.append(_row(b, t[b.name], bw, ratio_ci(t[a.name], t[b.name])))
+      print(format_rows(rows_out[n0:]), flush=True)
       del cases
   return rows_out
 
@@ -960,6 +987,9 @@ flags.DEFINE_list("tree_tiles", [], "verify tiles of tree cases timed against th
                   "first in the tree suite (`TileConfig.replace_from_text`, e.g. "
                   "32:4:64:tree_recompute=0)")
 flags.DEFINE_list("tree_modes", ["snapshot", "compact"], "modes of the tree suite")
+flags.DEFINE_list("tree_shapes", ["uniform"], "draft-tree shapes of the tree suite: uniform "
+                  "(each parent drawn among the rows before), bfs (breadth-first levels of up "
+                  "to four rows, as EAGLE lists a top-k tree)")
 flags.DEFINE_bool("tree_variant_chains", False, "the tree suite's --tree_tiles variants time "
                   "chains of the same rows too")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
@@ -1027,7 +1057,8 @@ def main(argv):
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],
                                        modes=FLAGS.tree_modes, tile_variants=FLAGS.tree_tiles,
-                                       variant_chains=FLAGS.tree_variant_chains),
+                                       variant_chains=FLAGS.tree_variant_chains,
+                                       shapes=FLAGS.tree_shapes),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),

@@ -46,10 +46,11 @@ def test_tree_suite_times_trees_beside_chains(tmp_path):
   out = tmp_path / "bench.json"
   res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=tree",
             "--batches=2", "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2",
-            f"--out={out}")
+            "--tree_shapes=uniform,bfs", f"--out={out}")
   assert res.returncode == 0, res.stderr[-2000:]
   names = [r["name"] for r in json.loads(out.read_text())["tree"]]
   assert names == [f"{mode} B=2 R={R} row=accept{tree} reference"
                    for mode in ("snapshot", "compact")
-                   for R, tree in [(8, ""), (8, " tree"), (16, ""), (16, " tree"),
-                                   (16, " tree")]], names
+                   for R, tree in [(8, ""), (8, " tree"), (8, " tree=bfs"), (16, ""),
+                                   (16, " tree"), (16, " tree=bfs"), (16, " tree"),
+                                   (16, " tree=bfs")]], names
