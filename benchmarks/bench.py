@@ -462,7 +462,8 @@ def tree_table(rng, rounds, banks, B, R, shape="uniform"):
   """Random draft trees [rounds, banks, B, R] int32, row 0 the root (-1). `uniform`: each
   later row's parent drawn uniformly among the rows before it. `bfs`: breadth-first levels of
   up to four rows after the root (the order in which EAGLE lists a top-k tree), each row's
-  parent drawn among the level before it, its first rows likelier (weight 1 / (1 + rank))."""
+  parent drawn among the level before it, its first rows likelier (weight 1 / (1 + rank)),
+  a level's rows in their parents' order."""
   size = (rounds, banks, B, R)
   if shape == "uniform":
     r = np.arange(R)
@@ -473,8 +474,8 @@ def tree_table(rng, rounds, banks, B, R, shape="uniform"):
     while r < R:
       nxt = list(range(r, min(r + 4, R)))
       w = 1.0 / (1.0 + np.arange(len(level)))
-      pick = rng.choice(len(level), size=size[:-1] + (len(nxt),), p=w / w.sum())
-      par[..., nxt] = np.asarray(level, np.int32)[pick]
+      pick = np.sort(rng.choice(len(level), size=size[:-1] + (len(nxt),), p=w / w.sum()))
+      par[..., nxt] = np.asarray(level, np.int32)[pick]       # siblings side by side
       level, r = nxt, nxt[-1] + 1
   else:
     raise ValueError(f"tree shape: expected one of {TREE_SHAPES}, got {shape!r}")

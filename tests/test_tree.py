@@ -236,14 +236,17 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
 def test_parent_states_refolded_or_reloaded_agree(backend):
   """Snapshot trees: a row whose parent is not the row before starts from the parent's state
   refolded from the start state (the default at capacity 8), reloaded from the parent's slot
-  (`tree_recompute=0`), or either by path length (2): y and every slot bitwise the same, with
-  a float32 state and with a bfloat16 one (bfloat16 activations compiled, where the modes'
-  16-bit gap does not arise); a negative `tree_recompute` raises."""
+  (`tree_recompute=0`), either by path length (2), or refolded from the last refolded parent
+  (`tree_cache=1`, alone and with 2): y and every slot bitwise the same, with a float32 state
+  and with a bfloat16 one (bfloat16 activations compiled, where the modes' 16-bit gap does
+  not arise), on random trees and a breadth-first one; bad values raise."""
   cfg = small_cfg()
   p = m.random_params(cfg, 35)
   rng = np.random.default_rng(35)
   E, B, R = 5, 3, 8
-  parents = dev(random_parents(rng, B, R), jnp.int32)
+  parents = random_parents(rng, B, R)
+  parents[1] = [-1, 0, 0, 0, 1, 1, 3, 3]          # siblings side by side, cousins after
+  parents = dev(parents, jnp.int32)
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
   tiles = m.tile_config(cfg, B)
   act16 = jnp.bfloat16 if backend == "pallas" else jnp.float32
@@ -253,14 +256,17 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
     args = status.call_args(xbc, dt, np.array([2, 0, 5], np.int32), None,
                             np.array([3, 0, 4], np.int32), np.array([8, 6, 8], np.int32))
     y_d, st_d = kern(cfg, backend, p, state, args, tiles, parents=parents)
-    for depth in (0, 2):
-      y_a, st_a = kern(cfg, backend, p, state, args,
-                       dataclasses.replace(tiles, tree_recompute=depth), parents=parents)
-      what = f"{jnp.dtype(state_dtype).name} state, tree_recompute={depth}"
+    for kw in (dict(tree_recompute=0), dict(tree_recompute=2), dict(tree_cache=1),
+               dict(tree_cache=1, tree_recompute=2)):
+      y_a, st_a = kern(cfg, backend, p, state, args, dataclasses.replace(tiles, **kw),
+                       parents=parents)
+      what = f"{jnp.dtype(state_dtype).name} state, {kw}"
       assert_bitwise(y_a, y_d, f"y, {what}")
       assert_bitwise(st_a.ssm, st_d.ssm, f"ssm slots, {what}")
   with pytest.raises(ValueError, match="tree_recompute: expected >= 0"):
     dataclasses.replace(tiles, tree_recompute=-1)
+  with pytest.raises(ValueError, match="tree_cache: expected 0 or 1"):
+    dataclasses.replace(tiles, tree_cache=2)
 
 
 @pytest.mark.parametrize("backend", ["reference", "interpret",

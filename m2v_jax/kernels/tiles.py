@@ -48,10 +48,14 @@ class TileConfig:
       (held in registers) along the parent's path when that path has at most this many
       rows, else from the parent's slot reloaded from memory (0: always reloaded). The two
       are bitwise the same.
+    tree_cache: 1: that refold starts from the last refolded parent's state (a third state
+      tile in registers) where that parent is this one or one of its ancestors (siblings
+      listed side by side, as breadth-first trees list them, walk no rows); 0: from the
+      call's start state. The same bits either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0.
+      below 0, tree_cache not 0 or 1.
   """
 
   block_p: int
@@ -61,6 +65,7 @@ class TileConfig:
   block_c: int = 128
   prep_warps: int = 4
   tree_recompute: int = 8
+  tree_cache: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -68,6 +73,8 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.tree_recompute < 0:
       raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
+    if self.tree_cache not in (0, 1):
+      raise ValueError(f"TileConfig.tree_cache: expected 0 or 1, got {self.tree_cache}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

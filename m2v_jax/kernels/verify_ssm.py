@@ -117,9 +117,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
     backend.static_loop(L, store_row, plan.interpret)
 
-  def walk(S, steps, first, next_row, load, again=None):
+  def walk(S, steps, first, next_row, load, again=None, prev=None):
     """S after `steps` rows from `first` = (row, rest), `next_row(rest)` -> (row, rest), each
-    row `load(row)`ed one update ahead; rounded first where `again(row, previous row)`."""
+    row `load(row)`ed one update ahead; rounded first where `again(row, previous row)`, the
+    row before the first `prev` (default: first - 1)."""
     def fold_row(_, carry):
       S, j, rest, ahead = carry[:4]
       if again is not None:
@@ -129,7 +130,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       return (update(S, *ahead), j_next, rest, loaded) + ((j,) if again is not None else ())
 
     j0, rest0 = first
-    carry = (S, j0, rest0, load(j0)) + ((j0 - 1,) if again is not None else ())
+    before = j0 - 1 if prev is None else prev
+    carry = (S, j0, rest0, load(j0)) + ((before,) if again is not None else ())
     return lax.fori_loop(0, steps, fold_row, carry)[0]
 
   def lowest(rest):                    # (the lowest row of mask `rest` (0 if none), the others)
@@ -137,51 +139,62 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
   def new_rows(S, t0, L, store):
     """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead.
-    A tree row whose parent is not the row before starts from the parent's state, refolded
-    from the start state S along the parent's path (at most `tree_recompute` rows; a longer
-    path reloads the parent's slot), rounded as the slot would hold it."""
+    A tree row whose parent is not the row before starts from the parent's state, rounded as
+    the slot would hold it: refolded along the parent's path from the start state S or, with
+    `tree_cache`, from the last refolded parent where that is this parent or one of its
+    ancestors (at most `tree_recompute` rows walked; more reload the parent's slot)."""
     S0 = S
-    depth = plan.tiles.tree_recompute
+    depth, cache = plan.tiles.tree_recompute, plan.tree and bool(plan.tiles.tree_cache)
+    again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
 
     def ahead(i):
       return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
 
-    def from_parent(i, S):
+    def from_parent(i, S, memo):       # t0 == 0 in a tree (no body)
+      """(Row i's start state, the memo: the last refolded parent's unrounded state, row)."""
       par = par_ref[b, t0 + i]
       slot = jnp.clip(par, 0, R - 1)
       path = bits_ref[b, slot]
+      rest, prev, near = path, jnp.int32(-1), False
+      if cache:
+        c = memo[1]
+        near = (c >= 0) & (((path >> jnp.maximum(c, 0)) & 1) > 0)
+        rest = jnp.where(near, path & ~bits_ref[b, jnp.maximum(c, 0)], path)
+        prev = jnp.where(near, c, -1)
+      steps = lax.population_count(rest)
 
-      def refold():                    # t0 == 0 in a tree (no body)
-        again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
-        load = lambda j: row(xr_ref, dtr_ref, b, j)
-        return rounded(walk(S0, lax.population_count(path), lowest(path), lowest, load,
-                            again))
+      def refold():
+        start = lax.cond(near, lambda: memo[0], lambda: S0) if cache else S0
+        S_par = walk(start, steps, lowest(rest), lowest, lambda j: row(xr_ref, dtr_ref, b, j),
+                     again, prev)
+        return rounded(S_par), ((S_par, par) if cache else memo)
 
       def reload():
         # The slot's stores happen before its reload in every thread, whatever the layouts.
         backend.barrier(plan.interpret)
-        return [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32) for c in chunks]
+        return [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32) for c in chunks], memo
 
       def from_slot():
         if depth >= R - 1:             # every parent's path fits
           return refold()
         if depth == 0:
           return reload()
-        return lax.cond(lax.population_count(path) <= depth, refold, reload)
+        return lax.cond(steps <= depth, refold, reload)
 
-      return lax.cond((par >= 0) & (par != t0 + i - 1), from_slot, lambda: S)
+      return lax.cond((par >= 0) & (par != t0 + i - 1), from_slot, lambda: (S, memo))
 
     def step(i, carry):
-      S, cur = carry
+      S, cur, memo = carry
       loaded = ahead(i + 1)
       if plan.tree:
-        S = from_parent(i, S)
+        S, memo = from_parent(i, S, memo)
       S = update(S, *cur)
       if store:
         store(S, i)
-      return S, loaded
+      return S, loaded, memo
 
-    return lax.fori_loop(0, L, step, (S, ahead(0)))[0]
+    memo = (S0, jnp.int32(-1)) if cache else ()
+    return lax.fori_loop(0, L, step, (S, ahead(0), memo))[0]
 
   @pl.when(valid)
   def _run():
