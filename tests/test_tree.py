@@ -237,15 +237,20 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
   """Snapshot trees: a row whose parent is not the row before starts from the parent's state
   refolded from the start state (the default at capacity 8), reloaded from the parent's slot
   (`tree_recompute=0`), either by path length (2), or refolded from the last refolded parent
-  (`tree_cache=1`, alone and with 2): y and every slot bitwise the same, with a float32 state
-  and with a bfloat16 one (bfloat16 activations compiled, where the modes' 16-bit gap does
-  not arise), on random trees and a breadth-first one; bad values raise."""
+  (`tree_cache=1`, alone and with 1, where longer walks reload): y and every slot bitwise the
+  same, with a float32 state and with a bfloat16 one (bfloat16 activations compiled, where
+  the modes' 16-bit gap does not arise), on a random tree, one whose cached parent is above,
+  below and beside later parents, and a breadth-first one; bad values raise."""
   cfg = small_cfg()
   p = m.random_params(cfg, 35)
   rng = np.random.default_rng(35)
   E, B, R = 5, 3, 8
   parents = random_parents(rng, B, R)
-  parents[1] = [-1, 0, 0, 0, 1, 1, 3, 3]          # siblings side by side, cousins after
+  # Sequence 0 (with tree_cache): row 3 refolds parent 1; row 5's parent 2 is below it (walks
+  # row 2 alone); row 6's parent 0 is above the cached 2 (a miss). Sequence 2: breadth-first,
+  # siblings side by side (rows 5 and 6 share parent 1: no row walked).
+  parents[0] = [-1, 0, 1, 1, 3, 2, 0, 5]
+  parents[2] = [-1, 0, 0, 0, 1, 1, 3, 3]
   parents = dev(parents, jnp.int32)
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
   tiles = m.tile_config(cfg, B)
@@ -257,7 +262,7 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
                             np.array([3, 0, 4], np.int32), np.array([8, 6, 8], np.int32))
     y_d, st_d = kern(cfg, backend, p, state, args, tiles, parents=parents)
     for kw in (dict(tree_recompute=0), dict(tree_recompute=2), dict(tree_cache=1),
-               dict(tree_cache=1, tree_recompute=2)):
+               dict(tree_cache=1, tree_recompute=1)):
       y_a, st_a = kern(cfg, backend, p, state, args, dataclasses.replace(tiles, **kw),
                        parents=parents)
       what = f"{jnp.dtype(state_dtype).name} state, {kw}"

@@ -45,9 +45,10 @@ class TileConfig:
     prep_warps: warps per conv program.
     tree_recompute: in a draft tree's snapshot SSM program, a row whose parent is not the
       row before starts from the parent's state refolded from the call's start state
-      (held in registers) along the parent's path when that path has at most this many
-      rows, else from the parent's slot reloaded from memory (0: always reloaded). The two
-      are bitwise the same.
+      (held in registers) along the parent's path when the rows to walk are at most this
+      many (the whole path; with tree_cache, the part after the cached parent), else from
+      the parent's slot reloaded from memory (0: always reloaded). The two are bitwise the
+      same.
     tree_cache: 1: that refold starts from the last refolded parent's state (a third state
       tile in registers) where that parent is this one or one of its ancestors (siblings
       listed side by side, as breadth-first trees list them, walk no rows); 0: from the

@@ -167,7 +167,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         start = lax.cond(near, lambda: memo[0], lambda: S0) if cache else S0
         S_par = walk(start, steps, lowest(rest), lowest, lambda j: row(xr_ref, dtr_ref, b, j),
                      again, prev)
-        return rounded(S_par), ((S_par, par) if cache else memo)
+        return rounded(S_par), ((S_par, slot) if cache else memo)
 
       def reload():
         # The slot's stores happen before its reload in every thread, whatever the layouts.
