@@ -316,7 +316,8 @@ _tree_outputs_all = jax.vmap(jax.vmap(_tree_outputs_one, in_axes=(0, 0, 0, 0, 0,
 def _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents):
   """A draft tree's rows from ssm0 [B, H, P, N] f32 and conv0 [B, C, K-1]: (y [B, R, H*P] f32
   over each row's ancestors, post-conv rows [B, KT, C] and processed dt [B, KT, H] (zero past
-  num_rows), the conv window after each row [B, R, C, K-1])."""
+  num_rows), the conv window after each row [B, R, C, K-1], the rows' ancestor bits [B, R]
+  int32)."""
   Bsz, R = xbc.shape[:2]
   KT = dual.tile_rows(cfg.capacity)
   post, wins = tree.conv_rows(cfg, params, conv0, xbc, parents)
@@ -327,14 +328,15 @@ def _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents):
   dtp = jnp.pad(jnp.where(live[..., None], dtp, 0.0), pad_rows)
   x, bm, cm, d = _split_rows(cfg, post, dtp)
   # Rows R..KT-1 (the tile's padding, never valid) have no ancestors.
-  bits = jnp.pad(tree.ancestor_bits(parents), [(0, 0), (0, KT - R)])         # [B, KT]
+  bits = tree.ancestor_bits(parents)                                         # [B, R]
   live_kt = jnp.pad(live, [(0, 0), (0, KT - R)])
   A = -jnp.exp(params.A_log)
-  y = _tree_outputs_all(ssm0, x, bm, cm, d, A, params.D, live_kt, bits)         # [B, H, P, KT]
+  y = _tree_outputs_all(ssm0, x, bm, cm, d, A, params.D, live_kt,
+                        jnp.pad(bits, [(0, 0), (0, KT - R)]))                   # [B, H, P, KT]
   y = jnp.transpose(y, (0, 3, 1, 2))[:, :R].reshape(Bsz, R, cfg.d_inner)
   if z is not None:
     y = rowmath.gate(y, z.astype(f32))
-  return jnp.where(live[..., None], y, 0.0), post, dtp, wins
+  return jnp.where(live[..., None], y, 0.0), post, dtp, wins, bits
 
 
 def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs, parents):
@@ -352,7 +354,7 @@ def snapshot_tree_call(cfg, params, state: SnapshotState, args: status.CallArgs,
   srow = jnp.where(status.row_ok(False, S, state_row, None), state_row, 0)
   ssm0, conv0 = state.ssm[safe, srow].astype(f32), state.conv[safe, srow]
   parents = jnp.asarray(parents, jnp.int32)
-  y, post, dtp, wins = _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents)
+  y, post, dtp, wins, _ = _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents)
   x, bm, _, d = _split_rows(cfg, post, dtp)
   live = jnp.arange(R)[None, :] < n[:, None]                                 # [B, R]
 
@@ -456,8 +458,7 @@ def compact_call(cfg, params, state: CompactState, args: status.CallArgs, parent
     if R > cap:
       raise ValueError(f"parents: a tree call takes at most capacity={cap} rows, got {R}")
     parents = jnp.asarray(parents, jnp.int32)
-    y, post, dtp, _ = _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents)
-    bits = tree.ancestor_bits(parents)
+    y, post, dtp, _, bits = _tree_rows(cfg, params, ssm0, conv0, xbc, dt, z, n, parents)
   base = S_body if body else ssm0
   conv_base = wins[:, 0] if body else conv0            # the window after row body - 1
   # Kept row i goes to last_xbc row i - body and ring row ring_row(origin, n_fold + i - body).
