@@ -34,13 +34,13 @@ flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float16", "float32"], "acti
 flags.DEFINE_enum("state_dtype", "float32", ["bfloat16", "float16", "float32"],
                   "SSM state storage dtype")
 flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
+flags.DEFINE_integer("capacity", None, "capacity (default: Bolt's, 8)")
 flags.DEFINE_bool("tree", False, "every call verifies one random draft tree "
                   "(each row's parent drawn among the rows before it)")
 flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_stages], then "
                     "any TileConfig field as :name=value, instead of the table's")
 
 
-flags.DEFINE_integer("capacity", None, "capacity (default: Bolt's, 8)")
 flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
 flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
                   "launches, the body in segments of capacity rows)")
