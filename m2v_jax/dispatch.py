@@ -130,7 +130,8 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
   `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
   int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`) of R <=
-  capacity rows.
+  capacity rows; the conv launch rejects a sequence whose parents break the rule
+  (`tree.parent_ok`).
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
@@ -298,14 +299,14 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
     if chunked:
       raise ValueError("dispatch.call: a draft tree (parents) is a verify call, not chunked")
     check_tree(cfg, state, args.xbc.shape[1])
-    # num_rows -1 rejects the sequence by the one validity rule.
-    args = args._replace(num_rows=jnp.where(tree_lib.valid_parents(parents), args.num_rows,
-                                            -1))
-  if backend != config_lib.REFERENCE and not chunked:
+  if backend != config_lib.REFERENCE and not chunked:   # the conv launch checks parents
     return kernel_call(cfg, backend, params, state, args, entries_checked=entries_checked,
                        parents=parents)
   args = _unshared(args, state.ssm.shape[0], entries_checked)
   if parents is not None:
+    # num_rows -1 rejects the sequence by the one validity rule.
+    args = args._replace(num_rows=jnp.where(tree_lib.valid_parents(parents), args.num_rows,
+                                            -1))
     if cfg.compact:
       return reference.compact_call(cfg, params, state, args, parents)
     return reference.snapshot_tree_call(cfg, params, state, args, parents)

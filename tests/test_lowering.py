@@ -265,15 +265,21 @@ def test_chunked_prefill_lowers_for_headdim_96(mode):
 
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
-def test_tree_verify_lowers(mode):
-  """A draft tree's call (the kernels' `parents` path) lowers to Triton for an H200: two
-  launches, the state updated in place."""
+@pytest.mark.parametrize("R", [8, 5])
+def test_tree_verify_lowers(mode, R):
+  """A draft tree's call with device `parents` and entries (a serving loop's jitted step)
+  lowers to Triton for an H200 as its two launches and nothing else, the state updated in
+  place: the conv launch checks the parents and pads them to the tile's rows itself."""
   cfg = m.BOLT.replace(replay_mode=mode)
-  args = dispatch.abstract_call_args(cfg, 2, 8)
+  args = dispatch.abstract_call_args(cfg, 2, R)
 
   def f(p, s, a, parents):
-    return dispatch.kernel_call(cfg, "pallas", p, s, a, parents=parents)
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False, ragged=False,
+                         entries_checked=False, parents=parents)
 
-  text = backend.lower_for_cuda(f, *args, sds((2, 8), jnp.int32), donate_argnums=(1,))
+  text = backend.lower_for_cuda(f, *args, sds((2, R), jnp.int32), donate_argnums=(1,))
   assert text.count("__gpu$xla.gpu.triton") == 2
   assert text.count("output_operand_alias<") == (2 if mode == "snapshot" else 9)
+  ops = set(re.findall(r"stablehlo\.(\w+)", text))
+  assert ops <= {"custom_call", "constant", "optimization_barrier", "output_operand_alias",
+                 "mesh"}, ops

@@ -278,8 +278,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
                                      pytest.param("pallas", marks=pytest.mark.gpu)])
 def test_verify_takes_a_tree(backend):
   """`m2v_jax.verify(..., parents=...)`: y and the pool as the reference's tree call; device
-  parents that break the rule reject their sequence (NaN y, entry untouched); host ones raise
-  naming the row; a chain is the linear call bitwise."""
+  parents that break the rule reject their sequence in either mode (NaN y, entry untouched);
+  host ones raise naming the row; a chain is the linear call bitwise."""
   cfg, p, rng, state, xbc, dt = _pool_inputs(40, E=4, B=3, R=8)
   E, B, R = 4, 3, 8
   parents = random_parents(rng, B, R)
@@ -294,11 +294,21 @@ def test_verify_takes_a_tree(backend):
     assert max_rel(st.ssm[e], st_r.ssm[e]) < 1e-6
   bad = parents.copy()
   bad[1, 5] = 6                                            # a parent after its child
+  bad[2, 0] = 0                                            # a root with a parent
   y, st = m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci,
                    parents=dev(bad, jnp.int32), backend=backend)
-  assert np.all(np.isnan(np.asarray(y[1]))) and not np.any(np.isnan(np.asarray(y[0])))
-  assert_bitwise(st.ssm[0], state.ssm[0], "the rejected sequence's entry")
-  assert_bitwise(st.conv[0], state.conv[0], "the rejected sequence's conv")
+  assert np.all(np.isnan(np.asarray(y[1:]))) and not np.any(np.isnan(np.asarray(y[0])))
+  for e in ci[1:]:
+    assert_bitwise(st.ssm[e], state.ssm[e], f"the rejected sequences' entry {e}")
+    assert_bitwise(st.conv[e], state.conv[e], f"the rejected sequences' conv {e}")
+  comp = cfg.replace(replay_mode="compact")
+  cstate = random_state(comp, E, xbc.dtype, rng=rng)
+  y, st = m.verify(comp, p, copy_state(cstate), xbc, dt, rows * 0, cache_indices=ci,
+                   parents=dev(bad, jnp.int32), backend=backend)
+  assert np.all(np.isnan(np.asarray(y[1:]))) and not np.any(np.isnan(np.asarray(y[0])))
+  for f in ("ssm", "conv", "last_xbc", "win_xb", "win_dt", "pending", "starts", "last_bits"):
+    for e in ci[1:]:
+      assert_bitwise(getattr(st, f)[e], getattr(cstate, f)[e], f"compact {f}, entry {e}")
   with pytest.raises(ValueError, match=r"parents\[1, 5\]=6"):
     m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci, parents=bad,
              backend=backend)

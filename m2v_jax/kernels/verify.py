@@ -100,11 +100,9 @@ class Plan:
 
 def run(plan: Plan, params, state, args, parents=None):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
-  in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent."""
-  par = None
-  if plan.tree:                        # padded to KT rows, each its own root
-    par = jnp.pad(jnp.asarray(parents, jnp.int32), [(0, 0), (0, plan.KT - plan.R)],
-                  constant_values=-1)
+  in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent;
+  the conv launch rejects a sequence whose parents break `tree.parent_ok`'s rule."""
+  par = jnp.asarray(parents, jnp.int32) if plan.tree else None
   prepped = verify_conv.conv(plan, params, state, args, par)
   out = verify_ssm.ssm(plan, params, state, prepped, args, par)
   if plan.compact:

@@ -25,9 +25,9 @@ def body_tiles(body: int):
   return U, -(-body // U)
 
 
-def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
+def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref, parents_ok=None):
   """(safe entry, state_row or 0, num_rows, valid, `rows_to_replay`, pending, starts) of
-  sequence b."""
+  sequence b; not valid where `parents_ok` (a tree's, `tree_parents`) is false."""
   entry, row, n = idx_ref[b], row_ref[b], n_ref[b]
   safe = status.safe_entry(entry, plan.E)
   pending = pend_ref[safe] if plan.compact else jnp.int32(0)
@@ -36,8 +36,19 @@ def load_status(plan, b, idx_ref, row_ref, n_ref, pend_ref, starts_ref):
                                             n, pending, starts=starts, W=plan.cfg.window_rows)
   if plan.check_shared and plan.B > 1:
     valid = valid & ~_shared(idx_ref, b, entry, plan.B)
+  if parents_ok is not None:
+    valid = valid & parents_ok
   return (safe, jnp.where(valid, row, 0), jnp.clip(n, 0, plan.R), valid, n_fold, pending,
           starts)
+
+
+def tree_parents(plan, par_ref, b):
+  """(parents [KT] int32 of sequence b, -1 past R; whether rows 0 .. R-1 keep
+  `tree.parent_ok`'s rule), from one vector load."""
+  kt = lax.broadcasted_iota(jnp.int32, (plan.KT,), 0)
+  par = jnp.where(kt < plan.R, par_ref[b, jnp.minimum(kt, plan.R - 1)], -1)
+  ok = tree.parent_ok(par[None, :])[0] | (kt >= plan.R)
+  return par, jnp.min(jnp.where(ok, 1, 0)) > 0
 
 
 def _shared(idx_ref, b, entry, B):
@@ -61,7 +72,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     pend_ref, starts_ref, origin_ref  [E] int32       window bookkeeping (read only)
     lbits_ref  [E, cap] int32                         the last call's rows' ancestor bits
     xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
-    par_ref    [B, KT] int32                          a tree's parent rows (None: a chain)
+    par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
     conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
     last_ref   [E, cap, C]                            -> last_out_ref (aliased)
@@ -81,8 +92,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
   triton = not plan.interpret
 
   pid, b = pl.program_id(0), pl.program_id(1)
+  parents, parents_ok = tree_parents(plan, par_ref, b) if plan.tree else (None, None)
   e, row, n, valid, n_fold, pending, starts = load_status(plan, b, idx_ref, row_ref, n_ref,
-                                                          pend_ref, starts_ref)
+                                                          pend_ref, starts_ref, parents_ok)
   if plan.compact:
     origin = origin_ref[e]
     ring = lambda i: status.ring_row(cfg, origin, n_fold + i - body)
@@ -174,7 +186,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     if plan.tree:
       kt = lax.broadcasted_iota(jnp.int32, (plan.KT,), 0)
       bits_ref[b, pl.ds(0, plan.KT)] = jnp.where(
-          kt < R, tree.doubled_bits(par_ref[b, pl.ds(0, plan.KT)]), 0)
+          kt < R, tree.doubled_bits(parents), 0)
     if plan.compact:
       prev_starts_ref[b] = starts
       prev_origin_ref[b] = origin
@@ -250,7 +262,8 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
 
 def conv(plan, params, state, args, parents=None):
   """Runs the conv launch of `plan` on `args` (`status.CallArgs`), with a tree's `parents`
-  [B, KT] (-1 past R) where `plan.tree`; returns its outputs by name."""
+  [B, R] where `plan.tree` (a sequence whose parents break `tree.parent_ok`'s rule is
+  rejected); returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct

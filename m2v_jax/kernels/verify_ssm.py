@@ -36,7 +36,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
     z_ref [B, R, H*P]                                 optional gate
-    par_ref, bits_ref [B, KT] int32                   a tree's parent rows, ancestor bits
+    par_ref [B, R], bits_ref [B, KT] int32            a tree's parent rows, ancestor bits
     alog_ref, d_ref                   [H] f32
     ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
@@ -287,8 +287,8 @@ def _store(ref, at, value):
 
 def ssm(plan, params, state, prepped, args, parents=None):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs
-  (a tree's ancestor bits among them), with a tree's parents [B, KT] (-1 past R) where
-  `plan.tree`; returns its outputs by name."""
+  (a tree's ancestor bits among them), with a tree's parents [B, R] where `plan.tree`;
+  returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
