@@ -60,12 +60,12 @@ def _shared(idx_ref, b, entry, B):
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
                  lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref,
-                 dtb_ref, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
+                 dtb_ref, alog_ref=None, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
                  last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
                  dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
-                 prev_origin_ref=None, bits_ref=None, plan):
+                 prev_origin_ref=None, bits_ref=None, cum_ref=None, plan):
   """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does
-  dt (and a tree's ancestor bits).
+  dt (and a tree's ancestor bits and path decay sums).
 
   Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
@@ -74,6 +74,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
     par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
+    alog_ref   [H] f32                                A_log (a tree's; None: a chain)
     conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
     last_ref   [E, cap, C]                            -> last_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             -> wxb_out_ref, wdt_out_ref (aliased)
@@ -83,6 +84,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     path_ref   [B] int32                              the folded rows' mask (`fold_path`)
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     bits_ref   [B, KT] int32                          a tree's ancestor bits (rows past R: 0)
+    cum_ref    [B, KT, H] f32                         a tree's `dual.path_decay` (past R: 0)
   """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
@@ -210,6 +212,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
             def store_window():
               wdt_out_ref[e, ring(i), hs] = dtp
             kept(i, store_window)
+          return dtp
 
         raws = [dt_ref[b, i, hs] for i in range(body, R)] if triton else None
         if body:
@@ -223,7 +226,19 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
             dtr_ref[b, rows, hs] = jnp.where(r < n, dtp, 0.0)
             return c
           lax.fori_loop(0, G, tile, 0)
-        if triton:
+        if plan.tree:                  # path sums cum_t = cum_parent + dt_t A, as the SSM's
+          A = -jnp.exp(alog_ref[hs])   # `dual.path_decay` adds them (R <= capacity)
+          sums = []
+          for i in range(R):
+            dtp = row_dt(i, raws[i] if triton else dt_ref[b, i, hs])
+            above, par = jnp.zeros((BH,), f32), par_ref[b, i]
+            for j in range(i):
+              above = jnp.where(par == j, sums[j], above)
+            sums.append(above + jnp.where(i < n, dtp * A, 0.0))
+            cum_ref[b, i, hs] = sums[-1]
+          for i in range(R, plan.KT):
+            cum_ref[b, i, hs] = jnp.zeros((BH,), f32)
+        elif triton:
           for i in range(body, R):
             row_dt(i, raws[i - body])
         else:
@@ -279,6 +294,7 @@ def conv(plan, params, state, args, parents=None):
                   xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
                   par_ref=parents if plan.tree else None, w_ref=params.conv_weight,
                   bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
+                  alog_ref=params.A_log if plan.tree else None,
                   conv_ref=state.conv, last_ref=state.last_xbc if compact else None,
                   wxb_ref=state.win_xb if compact else None,
                   wdt_ref=state.win_dt if compact else None),
@@ -292,7 +308,8 @@ def conv(plan, params, state, args, parents=None):
                    path_ref=sds((B,), i32) if plan.walk else None,
                    prev_starts_ref=sds((B,), i32) if compact else None,
                    prev_origin_ref=sds((B,), i32) if compact else None,
-                   bits_ref=sds((B, plan.KT), i32) if plan.tree else None),
+                   bits_ref=sds((B, plan.KT), i32) if plan.tree else None,
+                   cum_ref=sds((B, plan.KT, H), f32) if plan.tree else None),
       aliases=dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",
                    wdt_ref="wdt_out_ref"),
       grid=(C // plan.block_c + 1, B),

@@ -23,7 +23,7 @@ def chain_bits(k: int) -> int:
 
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts_ref=None,
                 prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, par_ref=None,
-                bits_ref=None, alog_ref, d_ref,
+                bits_ref=None, cum_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
                 origin_ref=None, lbits_ref=None, ssm_out_ref, pend_out_ref=None,
                 starts_out_ref=None, origin_out_ref=None, lbits_out_ref=None, y_ref=None, plan):
@@ -37,6 +37,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
     z_ref [B, R, H*P]                                 optional gate
     par_ref [B, R], bits_ref [B, KT] int32            a tree's parent rows, ancestor bits
+    cum_ref    [B, KT, H] f32                         a tree's `dual.path_decay` sums
     alog_ref, d_ref                   [H] f32
     ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
@@ -99,10 +100,11 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     live = (kt < L) & (t0 + kt < n)
-    a_rows = [jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)]
-    bits = bits_ref[b, pl.ds(0, KT)] if plan.tree else None
-    anc = None if bits is None else dual.ancestors(bits, KT)
-    cum = dual.log_decay(a_rows, KT) if bits is None else dual.path_decay(a_rows, bits)
+    if plan.tree:                      # t0 == 0: the conv launch's path sums
+      anc, cum = dual.ancestors(bits_ref[b, pl.ds(0, KT)], KT), cum_ref[b, pl.ds(0, KT), h]
+    else:
+      a_rows = [jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)]
+      anc, cum = None, dual.log_decay(a_rows, KT)
     y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, KT]
     if not body and R == KT and not plan.has_z:
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
@@ -302,7 +304,7 @@ def ssm(plan, params, state, prepped, args, parents=None):
                   prev_origin_ref=prepped.get("prev_origin_ref"),
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
                   z_ref=args.z if plan.has_z else None, par_ref=parents,
-                  bits_ref=prepped.get("bits_ref"),
+                  bits_ref=prepped.get("bits_ref"), cum_ref=prepped.get("cum_ref"),
                   alog_ref=params.A_log, d_ref=params.D,
                   ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
                   wdt_ref=prepped.get("wdt_out_ref"),
