@@ -43,6 +43,25 @@ def doubled_bits(parents):
   return bits
 
 
+def child_first(parents, R):
+  """The order [KT] int32 (KT = parents' length, rows past R: 0) in which to run rows 0 ..
+  R-1 of one tree, `parents` [KT] int32 (-1: the root; rows past R ignored): the lowest child
+  of the row just run where it has one not yet run, else the lowest row not yet run. Every
+  row comes after its parent, and a row comes right after its parent whenever that parent
+  is the row before it. In jax.numpy that the kernels lower too (two reductions a row)."""
+  KT = parents.shape[-1]
+  i32 = jnp.int32
+  rows = lax.broadcasted_iota(i32, (KT,), 0)
+  todo, cur, order = rows < R, jnp.int32(-1), jnp.zeros((KT,), i32)
+  for k in range(R):
+    kids = todo & (parents == cur)
+    pick = jnp.where(jnp.max(jnp.where(kids, 1, 0)) > 0, kids, todo)
+    cur = jnp.min(jnp.where(pick, rows, KT))
+    order = jnp.where(rows == k, cur, order)
+    todo = todo & (rows != cur)
+  return order
+
+
 def parents_from_links(next_token, next_sibling):
   """`parents` [B, R] int32 from a tree given as first-child and next-sibling links, SGLang's
   EAGLE layout (`retrive_next_token`, `retrive_next_sibling` [B, R]: row 0 the root, the

@@ -234,13 +234,16 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
 
 @pytest.mark.parametrize("backend", ["interpret", pytest.param("pallas", marks=pytest.mark.gpu)])
 def test_parent_states_refolded_or_reloaded_agree(backend):
-  """Snapshot trees: a row whose parent is not the row before starts from the parent's state
-  refolded from the start state (the default at capacity 8), reloaded from the parent's slot
-  (`tree_recompute=0`), either by path length (2), or refolded from the last refolded parent
-  (`tree_cache=1`, alone and with 1, where longer walks reload): y and every slot bitwise the
+  """Snapshot trees: a row whose parent is not the row run before starts from the parent's
+  state refolded from the start state (the default at capacity 8), reloaded from the
+  parent's slot (`tree_recompute=0`), either by path length (2), or refolded from the last
+  refolded parent (`tree_cache=1`, alone and with 1, where longer walks reload); the rows run
+  child first (the default) or in row order (`tree_order=0`): y and every slot bitwise the
   same, with a float32 state and with a bfloat16 one (bfloat16 activations compiled, where
   the modes' 16-bit gap does not arise), on a random tree, one whose cached parent is above,
-  below and beside later parents, and a breadth-first one; bad values raise."""
+  below and beside later parents and whose child-first order steps down to children that do
+  not follow their parent (2 -> 5 -> 7, where a 16-bit slot rounds), and a breadth-first one;
+  bad values raise."""
   cfg = small_cfg()
   p = m.random_params(cfg, 35)
   rng = np.random.default_rng(35)
@@ -262,7 +265,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
                             np.array([3, 0, 4], np.int32), np.array([8, 6, 8], np.int32))
     y_d, st_d = kern(cfg, backend, p, state, args, tiles, parents=parents)
     for kw in (dict(tree_recompute=0), dict(tree_recompute=2), dict(tree_cache=1),
-               dict(tree_cache=1, tree_recompute=1)):
+               dict(tree_cache=1, tree_recompute=1), dict(tree_order=0),
+               dict(tree_order=0, tree_recompute=0), dict(tree_order=0, tree_cache=1)):
       y_a, st_a = kern(cfg, backend, p, state, args, dataclasses.replace(tiles, **kw),
                        parents=parents)
       what = f"{jnp.dtype(state_dtype).name} state, {kw}"
@@ -272,6 +276,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
     dataclasses.replace(tiles, tree_recompute=-1)
   with pytest.raises(ValueError, match="tree_cache: expected 0 or 1"):
     dataclasses.replace(tiles, tree_cache=2)
+  with pytest.raises(ValueError, match="tree_order: expected 0 or 1"):
+    dataclasses.replace(tiles, tree_order=-1)
 
 
 @pytest.mark.parametrize("backend", ["reference", "interpret",
@@ -457,6 +463,26 @@ def _links_and_mask(parents):
         mask[b, i, j] = True
         j = parents[b, j]
   return child, sib, mask
+
+
+def test_child_first_runs_each_row_after_its_parent():
+  """`tree.child_first`: every row once, after its parent, right after it where the parent is
+  the row before; a child of the row just run first (the crafted tree's order, and no more
+  switches than leaves - 1 on random trees, where row order has about twice as many)."""
+  pad = lambda par, KT: jnp.asarray(np.concatenate([par, np.full(KT - len(par), -1)]),
+                                    jnp.int32)
+  crafted = np.array([-1, 0, 1, 1, 3, 2, 0, 5])
+  assert list(np.asarray(tree.child_first(pad(crafted, 8), 8))) == [0, 1, 2, 5, 7, 3, 4, 6]
+  rng = np.random.default_rng(7)
+  for R, KT in ((1, 8), (5, 8), (8, 8), (16, 16)):
+    for par in random_parents(rng, 20, R):
+      order = np.asarray(tree.child_first(pad(par, KT), R))
+      assert sorted(order[:R]) == list(range(R)) and not order[R:].any(), order
+      pos = np.argsort(order[:R])
+      assert all(pos[par[r]] < pos[r] for r in range(1, R)), (par, order)
+      assert all(pos[r] == pos[r - 1] + 1 for r in range(1, R) if par[r] == r - 1)
+      leaves = R - len(set(par[1:]))
+      assert sum(par[order[k]] != order[k - 1] for k in range(1, R)) <= leaves - 1
 
 
 def test_tree_layouts_convert_to_parents():

@@ -53,10 +53,14 @@ class TileConfig:
       tile in registers) where that parent is this one or one of its ancestors (siblings
       listed side by side, as breadth-first trees list them, walk no rows); 0: from the
       call's start state. The same bits either way.
+    tree_order: the order in which a draft tree's snapshot SSM program runs the rows. 1: a
+      child of the row just run where there is one (the lowest), else the lowest row not yet
+      run, so only a row after a leaf starts off the row before it (half the refolded rows
+      of random 16-row trees); 0: row order. The same bits either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache not 0 or 1.
+      below 0, tree_cache or tree_order not 0 or 1.
   """
 
   block_p: int
@@ -67,6 +71,7 @@ class TileConfig:
   prep_warps: int = 4
   tree_recompute: int = 8
   tree_cache: int = 0
+  tree_order: int = 1
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -74,8 +79,9 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.tree_recompute < 0:
       raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
-    if self.tree_cache not in (0, 1):
-      raise ValueError(f"TileConfig.tree_cache: expected 0 or 1, got {self.tree_cache}")
+    for name in ("tree_cache", "tree_order"):
+      if getattr(self, name) not in (0, 1):
+        raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

@@ -53,6 +53,11 @@ class Plan:
     return self.cfg.compact
 
   @property
+  def ordered(self) -> bool:
+    """A snapshot tree's rows run child first (`TileConfig.tree_order`, `tree.child_first`)."""
+    return self.tree and not self.cfg.compact and bool(self.tiles.tree_order)
+
+  @property
   def walk(self) -> bool:
     """Compact: folds walk the accepted row's path, and calls keep their rows' `last_bits`."""
     return self.cfg.compact and status.walks_paths(self.cfg)

@@ -63,9 +63,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
                  dtb_ref, alog_ref=None, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
                  last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
                  dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
-                 prev_origin_ref=None, bits_ref=None, cum_ref=None, plan):
+                 prev_origin_ref=None, bits_ref=None, cum_ref=None, order_ref=None, plan):
   """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does
-  dt (and a tree's ancestor bits and path decay sums).
+  dt (and a tree's ancestor bits, path decay sums and order).
 
   Refs (K1 = K-1, Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
@@ -85,6 +85,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     bits_ref   [B, KT] int32                          a tree's ancestor bits (rows past R: 0)
     cum_ref    [B, KT, H] f32                         a tree's `dual.path_decay` (past R: 0)
+    order_ref  [B, KT] int32                          a snapshot tree's `tree.child_first`
   """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads
@@ -189,6 +190,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       kt = lax.broadcasted_iota(jnp.int32, (plan.KT,), 0)
       bits_ref[b, pl.ds(0, plan.KT)] = jnp.where(
           kt < R, tree.doubled_bits(parents), 0)
+      if plan.ordered:
+        order_ref[b, pl.ds(0, plan.KT)] = tree.child_first(parents, R)
     if plan.compact:
       prev_starts_ref[b] = starts
       prev_origin_ref[b] = origin
@@ -309,7 +312,8 @@ def conv(plan, params, state, args, parents=None):
                    prev_starts_ref=sds((B,), i32) if compact else None,
                    prev_origin_ref=sds((B,), i32) if compact else None,
                    bits_ref=sds((B, plan.KT), i32) if plan.tree else None,
-                   cum_ref=sds((B, plan.KT, H), f32) if plan.tree else None),
+                   cum_ref=sds((B, plan.KT, H), f32) if plan.tree else None,
+                   order_ref=sds((B, plan.KT), i32) if plan.ordered else None),
       aliases=dict(conv_ref="conv_out_ref", last_ref="last_out_ref", wxb_ref="wxb_out_ref",
                    wdt_ref="wdt_out_ref"),
       grid=(C // plan.block_c + 1, B),

@@ -23,7 +23,7 @@ def chain_bits(k: int) -> int:
 
 def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts_ref=None,
                 prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, par_ref=None,
-                bits_ref=None, cum_ref=None, alog_ref, d_ref,
+                bits_ref=None, cum_ref=None, order_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
                 origin_ref=None, lbits_ref=None, ssm_out_ref, pend_out_ref=None,
                 starts_out_ref=None, origin_out_ref=None, lbits_out_ref=None, y_ref=None, plan):
@@ -38,6 +38,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     z_ref [B, R, H*P]                                 optional gate
     par_ref [B, R], bits_ref [B, KT] int32            a tree's parent rows, ancestor bits
     cum_ref    [B, KT, H] f32                         a tree's `dual.path_decay` sums
+    order_ref  [B, KT] int32                          a snapshot tree's row order
     alog_ref, d_ref                   [H] f32
     ssm_ref    [E, S, H, P, N] / [E, H, P, N]         -> ssm_out_ref (aliased)
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
@@ -141,19 +142,23 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
   def new_rows(S, t0, L, store):
     """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead.
-    A tree row whose parent is not the row before starts from the parent's state, rounded as
+    A tree's rows run in `order_ref`'s order where `plan.ordered`, else in row order. A tree
+    row whose parent is not the row run before starts from the parent's state, rounded as
     the slot would hold it: refolded along the parent's path from the start state S or, with
     `tree_cache`, from the last refolded parent where that is this parent or one of its
     ancestors (at most `tree_recompute` rows walked; more reload the parent's slot)."""
     S0 = S
     depth, cache = plan.tiles.tree_recompute, plan.tree and bool(plan.tiles.tree_cache)
     again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
+    order = plan.ordered
 
-    def ahead(i):
-      return row(xr_ref, dtr_ref, b, t0 + jnp.minimum(i, L - 1))
+    def ahead(k):                      # the row run at step k (the last one past L)
+      k = jnp.minimum(k, L - 1)
+      return row(xr_ref, dtr_ref, b, t0 + (order_ref[b, k] if order else k))
 
-    def from_parent(i, S, memo):       # t0 == 0 in a tree (no body)
-      """(Row i's start state, the memo: the last refolded parent's unrounded state, row)."""
+    def from_parent(i, prev_row, S, memo):      # t0 == 0 in a tree (no body)
+      """(Row i's start state, the memo: the last refolded parent's unrounded state, row),
+      after row `prev_row`."""
       par = par_ref[b, t0 + i]
       slot = jnp.clip(par, 0, R - 1)
       path = bits_ref[b, slot]
@@ -183,20 +188,27 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
           return reload()
         return lax.cond(steps <= depth, refold, reload)
 
-      return lax.cond((par >= 0) & (par != t0 + i - 1), from_slot, lambda: (S, memo))
+      def carry_on():                  # the parent just ran: its state is S, unrounded
+        if order and again is not None:  # a slot rounds where the path skips rows
+          return lax.cond(par != i - 1, rounded, lambda s: s, S), memo
+        return S, memo
 
-    def step(i, carry):
-      S, cur, memo = carry
-      loaded = ahead(i + 1)
+      return lax.cond((par >= 0) & (par != prev_row), from_slot, carry_on)
+
+    def step(k, carry):
+      S, cur, memo = carry[:3]
+      i = order_ref[b, k] if order else k
+      loaded = ahead(k + 1)
       if plan.tree:
-        S, memo = from_parent(i, S, memo)
+        S, memo = from_parent(i, carry[3] if order else t0 + i - 1, S, memo)
       S = update(S, *cur)
       if store:
         store(S, i)
-      return S, loaded, memo
+      return (S, loaded, memo) + ((i,) if order else ())
 
     memo = (S0, jnp.int32(-1)) if cache else ()
-    return lax.fori_loop(0, L, step, (S, ahead(0), memo))[0]
+    first = (jnp.int32(-1),) if order else ()
+    return lax.fori_loop(0, L, step, (S, ahead(0), memo) + first)[0]
 
   @pl.when(valid)
   def _run():
@@ -305,6 +317,7 @@ def ssm(plan, params, state, prepped, args, parents=None):
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
                   z_ref=args.z if plan.has_z else None, par_ref=parents,
                   bits_ref=prepped.get("bits_ref"), cum_ref=prepped.get("cum_ref"),
+                  order_ref=prepped.get("order_ref"),
                   alog_ref=params.A_log, d_ref=params.D,
                   ssm_ref=state.ssm, wxb_ref=prepped.get("wxb_out_ref"),
                   wdt_ref=prepped.get("wdt_out_ref"),
