@@ -37,6 +37,12 @@ def _define_flags():
   flags.DEFINE_integer("calls", 16, "calls per jitted step")
   flags.DEFINE_integer("steps", 3, "traced steps")
   flags.DEFINE_integer("window", None, "compact mode: deferred-commit window W")
+  flags.DEFINE_integer("capacity", None, "capacity (default: the geometry's, 8)")
+  flags.DEFINE_bool("tree", False, "every call verifies one random draft tree (each row's "
+                    "parent drawn among the rows before it; R <= capacity)")
+  flags.DEFINE_bool("public", False, "each call through `dispatch.call` (the jitted body of "
+                    "`m2v_jax.verify`, entries checked on the device) instead of the kernels "
+                    "alone")
   flags.DEFINE_string("tiles", None,
                       "verify tiles, as `TileConfig.replace_from_text` reads them")
   flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
@@ -76,8 +82,8 @@ def main(argv):
     backend = "interpret"              # no GPU: the kernels interpreted on the CPU
   geometry = m.BOLT if FLAGS.geometry == "bolt" else m.Mamba2Config(nheads=8, headdim=16,
                                                                     dstate=32, ngroups=2)
-  cfg = geometry.replace(replay_mode=FLAGS.mode,
-                       window=FLAGS.window if FLAGS.mode == "compact" else None)
+  cfg = geometry.replace(replay_mode=FLAGS.mode, capacity=FLAGS.capacity or geometry.capacity,
+                         window=FLAGS.window if FLAGS.mode == "compact" else None)
   B, R, K = FLAGS.batch, FLAGS.rows, FLAGS.calls
   rng = np.random.default_rng(0)
   params = m.random_params(cfg)
@@ -89,11 +95,21 @@ def main(argv):
   if FLAGS.tiles:
     tiles = tiles.replace_from_text(FLAGS.tiles)
 
+  parents = None
+  if FLAGS.tree:
+    par = np.floor(rng.random((B, R)) * np.maximum(np.arange(R), 1)).astype(np.int32)
+    par[:, 0] = -1
+    parents = jnp.asarray(par)
+
   def many(s, r, ci, nr):
     ys = []
     for _ in range(K):
-      y, s = dispatch.kernel_call(cfg, backend, params, s, status.call_args(xbc, dt, r, None,
-                                                                            ci, nr), tiles)
+      args = status.call_args(xbc, dt, r, None, ci, nr)
+      if FLAGS.public:
+        y, s = dispatch.call(params, s, args, cfg=cfg, backend=backend, chunked=False,
+                             ragged=False, entries_checked=False, parents=parents)
+      else:
+        y, s = dispatch.kernel_call(cfg, backend, params, s, args, tiles, parents=parents)
       ys.append(y)
     return s, ys
 
@@ -111,7 +127,8 @@ def main(argv):
   events = device_events(trace_dir)
   per_step = len(events) // FLAGS.steps
   last = events[-per_step:] if per_step else []
-  print(f"{cfg.replay_mode} B={B} R={R} on {backend}: {len(events)} device events in "
+  print(f"{cfg.replay_mode} B={B} R={R}{' tree' if FLAGS.tree else ''} on {backend}: "
+        f"{len(events)} device events in "
         f"{FLAGS.steps} steps of {K} calls ({trace_dir})")
   print("| event | start µs | µs | gap before µs |\n|---|---|---|---|")
   for i, (name, ts, dur) in enumerate(last[:FLAGS.show]):
