@@ -607,9 +607,10 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
   kinds = tuple(shapes) + ((False,) if variant_chains else ())
   groups = [(m, b, R, t) for m in modes for b in batches for R in sizes for t in kinds]
   for mode, B, R, tree in groups if tile_variants else ():
-    # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once.
+    # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once, within
+    # 32 GiB (48 ran out of memory on an H100 at the fourth group, session 34).
     pool_mib = (1 + len(tile_variants)) * (R + 1) * 4
-    nb = max(1, min(banks, int(48 * (1 << 30) // (B * pool_mib * MiB))))
+    nb = max(1, min(banks, int(32 * (1 << 30) // (B * pool_mib * MiB))))
     cfg = _geom.replace(capacity=R, replay_mode=mode)
     base = loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree)
     variants = [loop_case(cfg, B, R, nb, dtype, params, seed=B, tree=tree,

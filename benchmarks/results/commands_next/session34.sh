@@ -11,6 +11,9 @@
 #   call3: where a compact 16-row tree's time goes: the device timeline of chain and tree
 #          calls (tools/trace_call.py, kernels alone and the public path), then ncu.
 #   call4: the whole GPU suite (alone: ~9 minutes on a cold machine).
+#   goal:  the tree issue's goals at B=32 without variants: the compact and snapshot tree
+#          suites (uniform and breadth-first trees), then ncu of the compact chain and tree
+#          and the snapshot tree at R=16 (~6 min).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD
@@ -53,6 +56,24 @@ dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__by
       --rows=16 --capacity=16 --calls=1 >> $O/ncu_$i.txt 2>&1
     grep -E "m2v_|gpu__time|inst_exec|registers|warps_active" $O/ncu_$i.txt \
       | sed -E 's/ +/ /g' | cut -c1-100
+  done
+  ;;
+goal)
+  timeout -k 10 200 python3 benchmarks/bench.py --suites=tree --batches=32 \
+    --tree_shapes=uniform,bfs --out=$O/tree_goal.json > $O/tree_goal.log 2>&1
+  echo "tree suite exit $?"
+  grep -hE "^\| (snap|comp)|rror" $O/tree_goal.log | sort -u | cut -c1-120
+  N=gpu__time_duration.sum,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,\
+launch__registers_per_thread,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  i=0
+  for spec in "compact" "compact --tree" "snapshot" "snapshot --tree"; do
+    i=$((i+1))
+    echo "=== ncu $i: $spec" | tee $O/ncu_$i.txt
+    timeout -k 5 60 ncu --clock-control none --kernel-name regex:'m2v_(conv|ssm)' --launch-skip 2 \
+      --launch-count 2 --metrics $N python3 tools/profile_call.py --mode=$spec --batch=32 \
+      --rows=16 --capacity=16 --calls=1 >> $O/ncu_$i.txt 2>&1
+    grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" $O/ncu_$i.txt \
+      | sed -E 's/ +/ /g' | cut -c1-90
   done
   ;;
 call4)
