@@ -238,7 +238,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
   state refolded from the start state (the default at capacity 8), reloaded from the
   parent's slot (`tree_recompute=0`), either by path length (2), or refolded from the last
   refolded parent (`tree_cache=1`, alone and with 1, where longer walks reload); the rows run
-  child first (the default) or in row order (`tree_order=0`): y and every slot bitwise the
+  child first (the default) or in row order (`tree_order=0`); y before the rows (the
+  default) or after them (`tree_y_after=1`): y and every slot bitwise the
   same, with a float32 state and with a bfloat16 one (bfloat16 activations compiled, where
   the modes' 16-bit gap does not arise), on a random tree, one whose cached parent is above,
   below and beside later parents and whose child-first order steps down to children that do
@@ -266,7 +267,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
     y_d, st_d = kern(cfg, backend, p, state, args, tiles, parents=parents)
     for kw in (dict(tree_recompute=0), dict(tree_recompute=2), dict(tree_cache=1),
                dict(tree_cache=1, tree_recompute=1), dict(tree_order=0),
-               dict(tree_order=0, tree_recompute=0), dict(tree_order=0, tree_cache=1)):
+               dict(tree_order=0, tree_recompute=0), dict(tree_order=0, tree_cache=1),
+               dict(tree_y_after=1), dict(tree_y_after=1, tree_cache=1)):
       y_a, st_a = kern(cfg, backend, p, state, args, dataclasses.replace(tiles, **kw),
                        parents=parents)
       what = f"{jnp.dtype(state_dtype).name} state, {kw}"
@@ -278,6 +280,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
     dataclasses.replace(tiles, tree_cache=2)
   with pytest.raises(ValueError, match="tree_order: expected 0 or 1"):
     dataclasses.replace(tiles, tree_order=-1)
+  with pytest.raises(ValueError, match="tree_y_after: expected 0 or 1"):
+    dataclasses.replace(tiles, tree_y_after=2)
 
 
 @pytest.mark.parametrize("backend", ["reference", "interpret",

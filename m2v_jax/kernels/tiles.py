@@ -57,10 +57,13 @@ class TileConfig:
       child of the row just run where there is one (the lowest), else the lowest row not yet
       run, so only a row after a leaf starts off the row before it (half the refolded rows
       of random 16-row trees); 0: row order. The same bits either way.
+    tree_y_after: 1: a draft tree's snapshot SSM program computes y after its rows (from the
+      start state, which the refolds keep in registers; its tiles loaded then), 0: before
+      them, as a chain's. The same bits either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache or tree_order not 0 or 1.
+      below 0, tree_cache, tree_order or tree_y_after not 0 or 1.
   """
 
   block_p: int
@@ -72,6 +75,7 @@ class TileConfig:
   tree_recompute: int = 8
   tree_cache: int = 0
   tree_order: int = 1
+  tree_y_after: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -79,7 +83,7 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.tree_recompute < 0:
       raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
-    for name in ("tree_cache", "tree_order"):
+    for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
 

@@ -214,7 +214,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
   def _run():
     L = min(R, cap)
     # The kept segment's rows do not depend on the state: their loads go out first.
-    kept = segment_tiles(body, L) if R and not body else None
+    # `tree_y_after`: a snapshot tree's y after its rows, so its tiles are loaded then.
+    y_after = plan.tree and not plan.compact and bool(plan.tiles.tree_y_after)
+    kept = segment_tiles(body, L) if R and not body and not y_after else None
     slot = () if plan.compact else (row_ref[b],)
     S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
@@ -277,11 +279,14 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       if plan.compact:
         store_state(S)
 
-    segment_y(S, body, L, kept, plan.state_dtype)
+    if not y_after:
+      segment_y(S, body, L, kept, plan.state_dtype)
     if not plan.compact:
       def store_slot(S, i):
         pl.when(body + i < n)(lambda: store_state(S, i))
       new_rows(S, body, L, store_slot)
+    if y_after:                        # from the start state S, which new_rows leaves as it is
+      segment_y(S, body, L, None, plan.state_dtype)
 
   if R:
     @pl.when(~valid)
