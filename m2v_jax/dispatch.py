@@ -286,8 +286,9 @@ def call(params, state, args: CallArgs, *, cfg, backend, chunked, ragged, chunk_
   num_rows (the reference's is `ragged_reference`), `chunk_tiles` its tiles;
   `entries_checked=False` rejects shared entries on the device (in the conv launch on the
   verify kernels, by `status.reject_shared` otherwise). `parents` [B, R] int32 runs a draft
-  tree (R <= capacity); a sequence whose parents break the
-  rule (`tree.valid_parents`) is rejected. Raises ValueError for `ragged` without `chunked`.
+  tree (R <= capacity); a sequence whose parents break the rule (`tree.parent_ok`) is
+  rejected (in the conv launch on the verify kernels, by `tree.valid_parents` otherwise).
+  Raises ValueError for `ragged` without `chunked`.
   """
   if ragged and not chunked:
     raise ValueError("dispatch.call: ragged=True hands off at num_rows through the chunked "

@@ -126,8 +126,9 @@ def parents_from_paths(paths):
 
 def parent_ok(parents, xp=jnp):
   """[B, R] `parents` -> [B, R] bool: -1 at row 0 (the root), 0 <= parents[b, r] < r after it.
-  The one rule: `checks.parents` applies it to host values (xp=numpy), `valid_parents` on the
-  device."""
+  The one rule: `checks.parents` applies it to host values (xp=numpy), the verify kernels'
+  conv launch to device values (`kernels.verify_conv.tree_parents`), and `valid_parents` for
+  the reference backend."""
   r = xp.arange(parents.shape[1])[None, :]
   return xp.where(r == 0, parents == -1, (parents >= 0) & (parents < r))
 

@@ -9,7 +9,7 @@ import pytest
 
 import m2v_jax as m
 from m2v_jax import checks, dispatch, reference, status, tree
-from m2v_jax.kernels import dual
+from m2v_jax.kernels import dual, verify_conv
 from tests.helpers import (assert_bitwise, assert_close, check_sharded_mixer,
                            check_sharded_verify, copy_state, dev, dp_tp_mesh, inputs,
                            mark_16bit_float32_parity_gap, matrix, np_rows, random_parents,
@@ -311,6 +311,17 @@ def test_verify_takes_a_tree(backend):
   for e in ci[1:]:
     assert_bitwise(st.ssm[e], state.ssm[e], f"the rejected sequences' entry {e}")
     assert_bitwise(st.conv[e], state.conv[e], f"the rejected sequences' conv {e}")
+  bad2 = parents.copy()
+  bad2[0, 4] = R                                           # past the call's rows (padding)
+  bad2[1, 3] = -2                                          # below the root's -1
+  bad2[2, 6] = 6                                           # its own parent
+  ci2 = np.array([-1, 2, 3], np.int32)
+  y, st = m.verify(cfg, p, copy_state(state), xbc, dt, rows, cache_indices=ci2,
+                   parents=dev(bad2, jnp.int32), backend=backend)
+  assert not np.any(np.asarray(y[0])), "a padding entry's y is zeros, whatever its parents"
+  assert np.all(np.isnan(np.asarray(y[1:])))
+  assert_bitwise(st.ssm, state.ssm, "every entry after a call with no valid sequence")
+  assert_bitwise(st.conv, state.conv, "every conv window after it")
   comp = cfg.replace(replay_mode="compact")
   cstate = random_state(comp, E, xbc.dtype, rng=rng)
   y, st = m.verify(comp, p, copy_state(cstate), xbc, dt, rows * 0, cache_indices=ci,
@@ -467,6 +478,37 @@ def _links_and_mask(parents):
         mask[b, i, j] = True
         j = parents[b, j]
   return child, sib, mask
+
+
+@pytest.mark.parametrize("mode", ["snapshot", "compact"])
+def test_conv_launch_path_sums_are_path_decay(mode):
+  """The conv launch's path sums of dt·A (`cum_ref`, which the SSM program reads for a
+  tree's decays) are `dual.path_decay`'s on branching trees of R = KT and R < KT rows with
+  rows past num_rows, to an ulp of A (interpret mode computes exp(A_log) inside the kernel a
+  float32 ulp off XLA's own for some heads; a chain given as a tree is the linear call bit
+  for bit, `test_verify_takes_a_tree`); rows past R hold 0."""
+  cfg = small_cfg().replace(replay_mode=mode)
+  p = m.random_params(cfg, 11)
+  rng = np.random.default_rng(11)
+  E, B = 4, 3
+  for R in (8, 5):
+    state = random_state(cfg, E, rng=rng)
+    xbc, dt = inputs(cfg, B, R, rng=rng)[:2]
+    n = np.array([R, R - 2, 1], np.int32)
+    args = status.call_args(xbc, dt, np.zeros(B, np.int32), None,
+                            np.arange(B, dtype=np.int32), n)
+    plan = dispatch.plan(cfg, "interpret", state, R, B=B, y_dtype=xbc.dtype, tree=True)
+    parents = dev(random_parents(rng, B, R), jnp.int32)
+    out = jax.jit(lambda s, a, par: verify_conv.conv(plan, p, s, a, par))(state, args, parents)
+    KT, A = plan.KT, -jnp.exp(p.A_log)
+    for b in range(B):
+      a = jnp.where(jnp.arange(R)[:, None] < n[b], out["dtr_ref"][b, :R] * A, 0.0)  # [R, H]
+      bits = out["bits_ref"][b]
+      want = jax.vmap(lambda col: dual.path_decay([col[k] for k in range(R)], bits),
+                      out_axes=1)(a.T)                                             # [KT, H]
+      np.testing.assert_allclose(out["cum_ref"][b], want, rtol=4e-7, atol=0,
+                                 err_msg=f"R={R}, sequence {b}")
+      assert not np.any(np.asarray(out["cum_ref"][b, R:]))
 
 
 def test_child_first_runs_each_row_after_its_parent():

@@ -41,8 +41,8 @@ def _define_flags():
   flags.DEFINE_bool("tree", False, "every call verifies one random draft tree (each row's "
                     "parent drawn among the rows before it; R <= capacity)")
   flags.DEFINE_bool("public", False, "each call through `dispatch.call` (the jitted body of "
-                    "`m2v_jax.verify`, entries checked on the device) instead of the kernels "
-                    "alone")
+                    "`m2v_jax.verify`, entries checked on the device; the table's tiles) "
+                    "instead of the kernels alone")
   flags.DEFINE_string("tiles", None,
                       "verify tiles, as `TileConfig.replace_from_text` reads them")
   flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
@@ -93,6 +93,8 @@ def main(argv):
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
   tiles = m.tile_config(cfg, B)
   if FLAGS.tiles:
+    if FLAGS.public:
+      raise app.UsageError("--tiles: --public runs the table's tiles (dispatch.call)")
     tiles = tiles.replace_from_text(FLAGS.tiles)
 
   parents = None

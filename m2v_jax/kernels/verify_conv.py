@@ -60,8 +60,8 @@ def _shared(idx_ref, b, entry, B):
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
                  lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, w_ref, bias_ref,
-                 dtb_ref, alog_ref=None, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None, conv_out_ref,
-                 last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
+                 dtb_ref, alog_ref=None, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None,
+                 conv_out_ref, last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
                  dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
                  prev_origin_ref=None, bits_ref=None, cum_ref=None, order_ref=None, plan):
   """Conv and dt of one sequence's new rows, grid (C / block_c + 1, B); the last program does
@@ -86,6 +86,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     bits_ref   [B, KT] int32                          a tree's ancestor bits (rows past R: 0)
     cum_ref    [B, KT, H] f32                         a tree's `dual.path_decay` (past R: 0)
     order_ref  [B, KT] int32                          a snapshot tree's `tree.child_first`
+  (bits_ref, cum_ref and order_ref hold nothing for a rejected sequence: no program reads
+  them then.)
   """
   cfg = plan.cfg
   K1, C, H = cfg.d_conv - 1, cfg.conv_dim, cfg.nheads

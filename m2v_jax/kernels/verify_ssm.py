@@ -146,7 +146,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     row whose parent is not the row run before starts from the parent's state, rounded as
     the slot would hold it: refolded along the parent's path from the start state S or, with
     `tree_cache`, from the last refolded parent where that is this parent or one of its
-    ancestors (at most `tree_recompute` rows walked; more reload the parent's slot)."""
+    ancestors (at most `tree_recompute` rows walked; more reload the parent's slot). A row
+    whose parent ran just before carries on from the unrounded S, rounded first (a 16-bit
+    state) where the parent is not the row before it, as its slot would hold it."""
     S0 = S
     depth, cache = plan.tiles.tree_recompute, plan.tree and bool(plan.tiles.tree_cache)
     again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
@@ -306,8 +308,8 @@ def _store(ref, at, value):
 
 def ssm(plan, params, state, prepped, args, parents=None):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs
-  (a tree's ancestor bits among them), with a tree's parents [B, R] where `plan.tree`;
-  returns its outputs by name."""
+  (a tree's ancestor bits, path decay sums and row order among them), with a tree's parents
+  [B, R] where `plan.tree`; returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
