@@ -56,11 +56,11 @@ class TileConfig:
     tree_order: the order in which a draft tree's snapshot SSM program runs the rows. 1: a
       child of the row just run where there is one (the lowest), else the lowest row not yet
       run, so only a row after a leaf starts off the row run before it (random 16-row trees:
-      7.0 such rows and 15.0 refolded row updates, against 11.7 and 30.0 in row order); 0:
-      row order. The same bits either way.
+      7.0 such rows, against 11.7 in row order); 0: row order. The same bits either way.
     tree_y_after: 1: a draft tree's snapshot SSM program computes y after its rows (from the
-      start state, which it keeps in registers for the refolds; y's tiles loaded then), 0:
-      before them, as a chain's. The same bits either way.
+      start state, which it then keeps in registers, its refolds starting there rather than
+      from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
+      bits either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute

@@ -140,7 +140,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
   def lowest(rest):                    # (the lowest row of mask `rest` (0 if none), the others)
     return jnp.maximum(31 - lax.clz(rest & -rest), 0), rest & (rest - 1)
 
-  def new_rows(S, t0, L, store):
+  def new_rows(S, t0, L, store, keep_start=False):
     """The state after rows t0 .. t0 + L - 1, `store(S, i)` after each; loads one row ahead.
     A tree's rows run in `order_ref`'s order where `plan.ordered`, else in row order. A tree
     row whose parent is not the row run before starts from the parent's state, rounded as
@@ -148,11 +148,14 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     `tree_cache`, from the last refolded parent where that is this parent or one of its
     ancestors (at most `tree_recompute` rows walked; more reload the parent's slot). A row
     whose parent ran just before carries on from the unrounded S, rounded first (a 16-bit
-    state) where the parent is not the row before it, as its slot would hold it."""
+    state) where the parent is not the row before it, as its slot would hold it. Unless
+    `keep_start` (S is needed after), a tree's root row runs first, outside the loop, and
+    refolds start from its unrounded state instead of S (every path begins at the root)."""
     S0 = S
     depth, cache = plan.tiles.tree_recompute, plan.tree and bool(plan.tiles.tree_cache)
     again = (lambda j, j_prev: j > j_prev + 1) if plan.state_dtype != f32 else None
     order = plan.ordered
+    peel = plan.tree and not keep_start         # row 0, the root, runs first in either order
 
     def ahead(k):                      # the row run at step k (the last one past L)
       k = jnp.minimum(k, L - 1)
@@ -164,12 +167,13 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       par = par_ref[b, t0 + i]
       slot = jnp.clip(par, 0, R - 1)
       path = bits_ref[b, slot]
-      rest, prev, near = path, jnp.int32(-1), False
+      root = jnp.int32(0 if peel else -1)       # the last row S0 holds
+      rest, prev, near = path & ~1 if peel else path, root, False
       if cache:
         c = memo[1]
         near = (c >= 0) & (((path >> jnp.maximum(c, 0)) & 1) > 0)
-        rest = jnp.where(near, path & ~bits_ref[b, jnp.maximum(c, 0)], path)
-        prev = jnp.where(near, c, -1)
+        rest = jnp.where(near, path & ~bits_ref[b, jnp.maximum(c, 0)], rest)
+        prev = jnp.where(near, c, root)
       steps = lax.population_count(rest)
 
       def refold():
@@ -208,9 +212,15 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         store(S, i)
       return (S, loaded, memo) + ((i,) if order else ())
 
+    k0 = 0
+    if peel:
+      S = update(S, *ahead(0))
+      if store:
+        store(S, 0)
+      S0, k0 = S, 1
     memo = (S0, jnp.int32(-1)) if cache else ()
-    first = (jnp.int32(-1),) if order else ()
-    return lax.fori_loop(0, L, step, (S, ahead(0), memo) + first)[0]
+    first = (jnp.int32(k0 - 1),) if order else ()
+    return lax.fori_loop(k0, L, step, (S, ahead(k0), memo) + first)[0]
 
   @pl.when(valid)
   def _run():
@@ -286,7 +296,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     if not plan.compact:
       def store_slot(S, i):
         pl.when(body + i < n)(lambda: store_state(S, i))
-      new_rows(S, body, L, store_slot)
+      new_rows(S, body, L, store_slot, keep_start=y_after)
     if y_after:                        # from the start state S, which new_rows leaves as it is
       segment_y(S, body, L, None, plan.state_dtype)
 
