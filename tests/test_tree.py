@@ -235,25 +235,29 @@ def test_interpreted_kernels_run_a_tree_as_the_reference(seed, use_z):
 @pytest.mark.parametrize("backend", ["interpret", pytest.param("pallas", marks=pytest.mark.gpu)])
 def test_parent_states_refolded_or_reloaded_agree(backend):
   """Snapshot trees: a row whose parent is not the row run before starts from the parent's
-  state refolded from the start state (the default at capacity 8), reloaded from the
-  parent's slot (`tree_recompute=0`), either by path length (2), or refolded from the last
-  refolded parent (`tree_cache=1`, alone and with 1, where longer walks reload); the rows run
-  child first (the default) or in row order (`tree_order=0`); y before the rows (the
-  default) or after them (`tree_y_after=1`): y and every slot bitwise the
+  state refolded from the root row's state (the default at capacity 8), reloaded from the
+  parent's slot (`tree_recompute=0`), either by path length (1 and 2), or refolded from the
+  last refolded parent (`tree_cache=1`, alone and with 1); the rows run child first (the
+  default) or in row order (`tree_order=0`); y before the rows (the default) or after them
+  (`tree_y_after=1`, whose refolds start from the start state): y and every slot bitwise the
   same, with a float32 state and with a bfloat16 one (bfloat16 activations compiled, where
-  the modes' 16-bit gap does not arise), on a random tree, one whose cached parent is above,
-  below and beside later parents and whose child-first order steps down to children that do
-  not follow their parent (2 -> 5 -> 7, where a 16-bit slot rounds), and a breadth-first one;
-  bad values raise."""
+  the modes' 16-bit gap does not arise). The trees: one whose cached parent is above, below
+  and beside later parents and whose child-first order steps down to children that do not
+  follow their parent (2 -> 5 -> 7, where a 16-bit slot rounds); one that takes both arms
+  of the refold-or-reload choice at `tree_recompute=1`; a breadth-first one. Bad values
+  raise."""
   cfg = small_cfg()
   p = m.random_params(cfg, 35)
   rng = np.random.default_rng(35)
   E, B, R = 5, 3, 8
-  parents = random_parents(rng, B, R)
+  parents = np.zeros((B, R), np.int32)
   # Sequence 0 (with tree_cache): row 3 refolds parent 1; row 5's parent 2 is below it (walks
   # row 2 alone); row 6's parent 0 is above the cached 2 (a miss). Sequence 2: breadth-first,
   # siblings side by side (rows 5 and 6 share parent 1: no row walked).
+  # Sequence 1: child first, row 5's parent 2 is two rows past the root (reloaded with
+  # tree_recompute=1), row 6's parent 1 one (refolded): both arms of the runtime choice.
   parents[0] = [-1, 0, 1, 1, 3, 2, 0, 5]
+  parents[1] = [-1, 0, 1, 2, 3, 2, 1, 6]
   parents[2] = [-1, 0, 0, 0, 1, 1, 3, 3]
   parents = dev(parents, jnp.int32)
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
@@ -265,7 +269,8 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
     args = status.call_args(xbc, dt, np.array([2, 0, 5], np.int32), None,
                             np.array([3, 0, 4], np.int32), np.array([8, 6, 8], np.int32))
     y_d, st_d = kern(cfg, backend, p, state, args, tiles, parents=parents)
-    for kw in (dict(tree_recompute=0), dict(tree_recompute=2), dict(tree_cache=1),
+    for kw in (dict(tree_recompute=0), dict(tree_recompute=1), dict(tree_recompute=2),
+               dict(tree_cache=1),
                dict(tree_cache=1, tree_recompute=1), dict(tree_order=0),
                dict(tree_order=0, tree_recompute=0), dict(tree_order=0, tree_cache=1),
                dict(tree_y_after=1), dict(tree_y_after=1, tree_cache=1)):

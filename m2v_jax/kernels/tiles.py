@@ -44,15 +44,15 @@ class TileConfig:
     block_c: conv channels per conv program.
     prep_warps: warps per conv program.
     tree_recompute: in a draft tree's snapshot SSM program, a row whose parent is not the
-      row run before starts from the parent's state refolded from the call's start state
-      (held in registers) along the parent's path when the rows to walk are at most this
-      many (the whole path; with tree_cache, the part after the cached parent), else from
-      the parent's slot reloaded from memory (0: always reloaded). The two are bitwise the
-      same.
+      row run before starts from the parent's state refolded along the parent's path from
+      the root row's state (held in registers; with tree_y_after, from the call's start
+      state) when the rows to walk are at most this many (the path after the root; with
+      tree_cache, the part after the cached parent), else from the parent's slot reloaded
+      from memory (0: always reloaded). The two are bitwise the same.
     tree_cache: 1: that refold starts from the last refolded parent's state (a third state
       tile in registers) where that parent is this one or one of its ancestors (siblings
       listed side by side, as breadth-first trees list them, walk no rows); 0: from the
-      call's start state. The same bits either way.
+      root row's state. The same bits either way.
     tree_order: the order in which a draft tree's snapshot SSM program runs the rows. 1: a
       child of the row just run where there is one (the lowest), else the lowest row not yet
       run, so only a row after a leaf starts off the row run before it (random 16-row trees:

@@ -188,7 +188,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         return [ssm_out_ref[(e, slot) + (h, ps, c)].astype(f32) for c in chunks], memo
 
       def from_slot():
-        if depth >= R - 1:             # every parent's path fits
+        if depth >= R - 1 - peel:      # every parent's path fits
           return refold()
         if depth == 0:
           return reload()
@@ -212,15 +212,17 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         store(S, i)
       return (S, loaded, memo) + ((i,) if order else ())
 
-    k0 = 0
+    k0 = int(peel)
+    cur = ahead(0)
     if peel:
-      S = update(S, *ahead(0))
+      nxt = ahead(1)                   # issued before the root's update, as in the loop
+      S = update(S, *cur)
       if store:
         store(S, 0)
-      S0, k0 = S, 1
+      S0, cur = S, nxt
     memo = (S0, jnp.int32(-1)) if cache else ()
     first = (jnp.int32(k0 - 1),) if order else ()
-    return lax.fori_loop(k0, L, step, (S, ahead(k0), memo) + first)[0]
+    return lax.fori_loop(k0, L, step, (S, cur, memo) + first)[0]
 
   @pl.when(valid)
   def _run():
