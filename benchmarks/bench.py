@@ -608,7 +608,7 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
   groups = [(m, b, R, t) for m in modes for b in batches for R in sizes for t in kinds]
   for mode, B, R, tree in groups if tile_variants else ():
     # 1 + len(tile_variants) pools of R + 1 slots of 4 MiB a sequence live at once, within
-    # 32 GiB (48 ran out of memory on an H100 at the fourth group, session 34).
+    # 32 GiB (the groups' pools are not all freed between groups).
     pool_mib = (1 + len(tile_variants)) * (R + 1) * 4
     nb = max(1, min(banks, int(32 * (1 << 30) // (B * pool_mib * MiB))))
     cfg = _geom.replace(capacity=R, replay_mode=mode)

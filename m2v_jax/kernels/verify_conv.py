@@ -51,6 +51,16 @@ def tree_parents(plan, par_ref, b):
   return par, jnp.min(jnp.where(ok, 1, 0)) > 0
 
 
+def at_parent(par, earlier, root):
+  """The entry of `earlier` (one list of arrays per row before this one) at row `par`, or
+  `root` where `par` names none of them (-1: the root), by selects (a kernel cannot index
+  its registers; `tree.from_parent` is the gather that the reference uses)."""
+  out = root
+  for j, values in enumerate(earlier):
+    out = [jnp.where(par == j, v, o) for v, o in zip(values, out)]
+  return out
+
+
 def _shared(idx_ref, b, entry, B):
   """Whether pool entry `entry` of sequence b is also another sequence's (one vector load)."""
   j = lax.broadcasted_iota(jnp.int32, (tiles_lib.next_pow2(B),), 0)
@@ -172,10 +182,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     if plan.tree:                      # each row from its parent's window (R <= capacity)
       after = []
       for i in range(R):
-        par, prev = par_ref[b, i], win
-        for j in range(i):
-          prev = [jnp.where(par == j, a, p) for a, p in zip(after[j], prev)]
-        after.append(new_row(i, raws[i], prev))
+        after.append(new_row(i, raws[i], at_parent(par_ref[b, i], after, win)))
     elif raws is not None:
       for i in range(body, R):
         win = new_row(i, raws[i - body], win)
@@ -233,14 +240,12 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
           lax.fori_loop(0, G, tile, 0)
         if plan.tree:                  # path sums cum_t = cum_parent + dt_t A, as the SSM's
           A = -jnp.exp(alog_ref[hs])   # `dual.path_decay` adds them (R <= capacity)
-          sums = []
+          sums = []                    # [cum_i] of each row so far
           for i in range(R):
             dtp = row_dt(i, raws[i] if triton else dt_ref[b, i, hs])
-            above, par = jnp.zeros((BH,), f32), par_ref[b, i]
-            for j in range(i):
-              above = jnp.where(par == j, sums[j], above)
-            sums.append(above + jnp.where(i < n, dtp * A, 0.0))
-            cum_ref[b, i, hs] = sums[-1]
+            above, = at_parent(par_ref[b, i], sums, [jnp.zeros((BH,), f32)])
+            sums.append([above + jnp.where(i < n, dtp * A, 0.0)])
+            cum_ref[b, i, hs] = sums[-1][0]
           for i in range(R, plan.KT):
             cum_ref[b, i, hs] = jnp.zeros((BH,), f32)
         elif triton:

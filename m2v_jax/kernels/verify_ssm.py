@@ -90,12 +90,14 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
   def segment_tiles(t0, L):
-    """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts."""
+    """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts (none in a
+    tree: its decays come from the conv launch's path sums)."""
     rows = (b, pl.ds(t0, KT))
     x = xr_ref[rows + (xcols,)].astype(f32)
     bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
     cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
-    return x, bm, cm, dtr_ref[rows + (h,)], [dtr_ref[b, t0 + k, h] for k in range(L)]
+    dtv = dtr_ref[rows + (h,)]
+    return x, bm, cm, dtv, [dtr_ref[b, t0 + k, h] for k in range(0 if plan.tree else L)]
 
   def segment_y(S, t0, L, tiles=None, held=f32):
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated."""
