@@ -14,8 +14,8 @@ git log -1 --format='commit %H %s' >> $O/device.txt 2>/dev/null
 date -u >> $O/device.txt; head -2 $O/device.txt | tail -1
 case "${1:-call1}" in
 call1)
-  timeout -k 10 390 python3 benchmarks/bench.py --suites=tree --tree_modes=snapshot --batches=32 \
-    --tree_variant_chains --tree_tiles=64:4:64:y_load=1,64:4:64:y_load=1:max_registers=168,\
+  timeout -k 10 330 python3 benchmarks/bench.py --suites=tree --tree_modes=snapshot --batches=32 \
+    --tree_variant_chains --tree_tiles=64:4:64:y_load=1:max_registers=168,\
 64:4:64:y_load=1:tree_recompute=0:max_registers=168,64:4:32:y_load=1:tree_recompute=0:max_registers=128 \
     --out=$O/tree_y.json > $O/tree_y.log 2>&1
   echo "snapshot suite exit $?"
@@ -23,11 +23,11 @@ call1)
     | sed 's/num_warps=4 num_stages=1 //; s/block_c=128 prep_warps=4 //; s/tree_order=1 //' | cut -c1-170
   N=gpu__time_duration.sum,sm__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,\
 launch__registers_per_thread,launch__occupancy_limit_registers,dram__throughput.avg.pct_of_peak_sustained_elapsed
-  for c in "--tree 64:4:64" "--tree 64:4:64:y_load=1:tree_recompute=0:max_registers=168" \
+  for c in "--tree 64:4:64:y_load=1:tree_recompute=0:max_registers=168" \
       "--chain 64:4:64:y_load=1:max_registers=168"; do
     set -- $c; tr=""; [ "$1" = "--tree" ] && tr="--tree"
     echo "=== ncu snapshot $1 --tiles=$2" | tee $O/ncu_${1#--}_$2.txt
-    timeout -k 5 60 ncu --clock-control none --kernel-name regex:'m2v_ssm' --launch-skip 1 \
+    timeout -k 5 50 ncu --clock-control none --kernel-name regex:'m2v_ssm' --launch-skip 1 \
       --launch-count 1 --metrics $N python3 tools/profile_call.py --mode=snapshot $tr \
       --tiles=$2 --batch=32 --rows=16 --capacity=16 --calls=1 >> $O/ncu_${1#--}_$2.txt 2>&1
     grep -E "gpu__time|inst_exec|registers|warps_active|dram" $O/ncu_${1#--}_$2.txt \
