@@ -989,6 +989,8 @@ flags.DEFINE_list("tree_tiles", [], "verify tiles of tree cases timed against th
                   "first in the tree suite (`TileConfig.replace_from_text`, e.g. "
                   "32:4:64:tree_recompute=0)")
 flags.DEFINE_list("tree_modes", ["snapshot", "compact"], "modes of the tree suite")
+flags.DEFINE_list("tree_sizes", ["8", "16"], "rows of the tree suite's trees and chains (the "
+                  "16-row trees are timed against the 8-row chain where both are given)")
 flags.DEFINE_list("tree_shapes", ["uniform"], "draft-tree shapes of the tree suite: uniform "
                   "(each parent drawn among the rows before), bfs (breadth-first levels of up "
                   "to four rows, as EAGLE lists a top-k tree)")
@@ -1060,7 +1062,8 @@ def main(argv):
                 tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],
                                        modes=FLAGS.tree_modes, tile_variants=FLAGS.tree_tiles,
                                        variant_chains=FLAGS.tree_variant_chains,
-                                       shapes=FLAGS.tree_shapes),
+                                       shapes=FLAGS.tree_shapes,
+                                       sizes=[int(r) for r in FLAGS.tree_sizes]),
                 )[suite]
       results[suite] = fn(bw["best"], FLAGS.banks, FLAGS.blocks, dtype)
       print(f"\n## {suite} ({time.perf_counter() - t0:.0f} s)\n" + format_rows(results[suite]),
