@@ -283,23 +283,3 @@ def test_tree_verify_lowers(mode, R):
   ops = set(re.findall(r"stablehlo\.(\w+)", text))
   assert ops <= {"custom_call", "constant", "optimization_barrier", "output_operand_alias",
                  "mesh"}, ops
-
-
-def test_register_cap_reaches_the_triton_module():
-  """`TileConfig.max_registers` names the cap in the SSM kernel's name and sets the Triton
-  module's `ttg.maxnreg` (the PTX `.maxnreg`), on that kernel alone; the default sets none."""
-  import dataclasses
-  cfg = m.BOLT.replace(replay_mode="snapshot")
-  args = dispatch.abstract_call_args(cfg, 2, 8)
-  irs = {}
-  for cap in (0, 168):
-    tiles = dataclasses.replace(m.tile_config(cfg, 2), y_load=1, max_registers=cap)
-    irs[cap] = backend.triton_kernels(
-        lambda p, s, a, t=tiles: dispatch.kernel_call(cfg, "pallas", p, s, a, t), *args,
-        donate_argnums=(1,))
-  assert sorted(irs[168]) == ["m2v_conv_snapshot_r8", "m2v_ssm_snapshot_r8_maxnreg168"]
-  assert "ttg.maxnreg = 168 : i32" in irs[168]["m2v_ssm_snapshot_r8_maxnreg168"][0]
-  assert "maxnreg" not in irs[168]["m2v_conv_snapshot_r8"][0]
-  assert all("maxnreg" not in ir for ir, _, _ in irs[0].values())
-  with pytest.raises(ValueError, match="max_registers: expected 0 or 24 to 255"):
-    dataclasses.replace(m.tile_config(cfg, 2), max_registers=300)

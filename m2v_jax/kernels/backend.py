@@ -35,7 +35,7 @@ DEPRECATION_MESSAGE = "The Pallas Triton backend is deprecated"
 
 
 def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_stages,
-                interpret, name, max_registers=0):
+                interpret, name):
   """One `pl.pallas_call` on the Triton lowering with whole-array refs passed by name.
 
   Args:
@@ -44,17 +44,10 @@ def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_s
     outputs: {name: jax.ShapeDtypeStruct or None}, after the inputs.
     aliases: {input name: output name}, written in place (`input_output_aliases`).
     grid, num_warps, num_stages, interpret, name: launch parameters.
-    max_registers: 0, or a cap on the registers a thread (PTX `.maxnreg`, Triton's
-      `ttg.maxnreg`), named in the kernel's name (`name` + `_maxnreg<n>`).
 
   Returns:
     {output name: array}.
   """
-  if max_registers:
-    if not _REGISTER_CAPS:
-      raise NotImplementedError(f"{name}: max_registers needs the Pallas Triton lowering's "
-                                f"module hook, not found in JAX {jax.__version__}")
-    name = f"{name}{_MAXNREG_SUFFIX}{max_registers}"
   ins = {k: v for k, v in inputs.items() if v is not None}
   outs = {k: v for k, v in outputs.items() if v is not None}
   names = list(ins) + list(outs)
@@ -75,37 +68,6 @@ def pallas_call(kernel, *, inputs, outputs, aliases=None, grid, num_warps, num_s
     warnings.filterwarnings("ignore", category=DeprecationWarning, message=DEPRECATION_MESSAGE)
     results = call(*ins.values())
   return dict(zip(outs, results))
-
-
-_MAXNREG_SUFFIX = "_maxnreg"
-
-
-def _cap_registers_on_lowering() -> bool:
-  """Makes the Pallas Triton lowering give a kernel named `..._maxnreg<n>` the module
-  attribute `ttg.maxnreg = n`, which Triton's conversion to LLVM turns into `.maxnreg`
-  (Pallas's compiler parameters have no field for it). Returns whether it could."""
-  import re
-  try:
-    from jax._src.lib.mlir import ir
-    from jax._src.pallas.triton import lowering
-    original = lowering.lower_jaxpr_to_triton_module
-  except (ImportError, AttributeError):
-    return False
-
-  def lower(*args, **kwargs):
-    result = original(*args, **kwargs)
-    op = result.module.operation
-    found = re.search(rf"{_MAXNREG_SUFFIX}(\d+)$", str(op.attributes["sym_name"]).strip('"'))
-    if found:
-      op.attributes["ttg.maxnreg"] = ir.IntegerAttr.get(
-          ir.IntegerType.get_signless(32, op.context), int(found[1]))
-    return result
-
-  lowering.lower_jaxpr_to_triton_module = lower
-  return True
-
-
-_REGISTER_CAPS = _cap_registers_on_lowering()
 
 
 def load(ref, mask, other=0.0):

@@ -57,8 +57,7 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32, anc=None):
   """y [BP, KT] of the segment's rows from its start state, ungated (rows not `valid`: to drop).
 
   Args:
-    S: start state, chunks [BP, NC] float32, or functions that load them (each called
-      where its chunk's products start).
+    S: start state, chunks [BP, NC] float32.
     x: [KT, BP]; b, c: chunks [KT, NC] (float32 holding activation-dtype values).
     dt: [KT] processed dt; A, D: the head's scalars.
     valid: [KT] bool, the real rows.
@@ -79,7 +78,6 @@ def outputs(S, x, b, c, dt, A, D, valid, mm, cum=None, held=f32, anc=None):
   xk = jnp.where(valid[:, None], x, 0.0)
   cb = sc = None
   for s, bc, cc in zip(S, b, c):
-    s = s() if callable(s) else s
     cc = jnp.where(valid[:, None], cc, 0.0)
     cb = mm.exact(jnp.where(valid[:, None], bc, 0.0), cc, acc=cb)      # [k, t]
     sc = mm.state(s, cc, acc=sc, held=held)                           # [BP, t]

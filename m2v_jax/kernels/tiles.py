@@ -61,17 +61,10 @@ class TileConfig:
       start state, which it then keeps in registers, its refolds starting there rather than
       from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
       bits either way.
-    y_load: 1: a snapshot SSM program's y (before its rows, in a call of at most capacity
-      rows) reads the start state's chunks from memory as its products take them, and the
-      rows load the state after y, so y holds one chunk in registers, not the whole tile;
-      0: y and the rows share one load. The same bits either way.
-    max_registers: 0, or a cap on an SSM program's registers a thread (`.maxnreg`), so more
-      programs fit an SM (at 4 warps: 168 for 3, 128 for 4); the compiler spills past it.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache, tree_order, tree_y_after or y_load not 0 or 1, or both
-      tree_y_after and y_load.
+      below 0, tree_cache, tree_order or tree_y_after not 0 or 1.
   """
 
   block_p: int
@@ -84,8 +77,6 @@ class TileConfig:
   tree_cache: int = 0
   tree_order: int = 1
   tree_y_after: int = 0
-  y_load: int = 0
-  max_registers: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -93,15 +84,9 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.tree_recompute < 0:
       raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
-    for name in ("tree_cache", "tree_order", "tree_y_after", "y_load"):
+    for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
-    if self.max_registers and not 24 <= self.max_registers <= 255:
-      raise ValueError(f"TileConfig.max_registers: expected 0 or 24 to 255, got "
-                       f"{self.max_registers}")
-    if self.tree_y_after and self.y_load:
-      raise ValueError("TileConfig: tree_y_after and y_load exclude each other (the rows "
-                       "overwrite the start state's slot before a y after them)")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

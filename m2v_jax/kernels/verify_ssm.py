@@ -234,13 +234,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     y_after = plan.tree and not plan.compact and bool(plan.tiles.tree_y_after)
     kept = segment_tiles(body, L) if R and not body and not y_after else None
     slot = () if plan.compact else (row_ref[b],)
-    start = [lambda c=c: ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
-    # `y_load`: y takes the start state's chunks from memory one at a time; the rows load it
-    # after y's stores.
-    y_load = kept is not None and not plan.compact and bool(plan.tiles.y_load)
-    if y_load:
-      segment_y(start, body, L, kept, plan.state_dtype)
-    S = [load() for load in start]
+    S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
       starts, origin = prev_starts_ref[b], prev_origin_ref[b]
       if plan.walk:                    # the path's rows, lowest first
@@ -301,7 +295,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       if plan.compact:
         store_state(S)
 
-    if not y_after and not y_load:
+    if not y_after:
       segment_y(S, body, L, kept, plan.state_dtype)
     if not plan.compact:
       def store_slot(S, i):
@@ -363,5 +357,5 @@ def ssm(plan, params, state, prepped, args, parents=None):
                    lbits_ref="lbits_out_ref"),
       grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
-      interpret=plan.interpret, max_registers=plan.tiles.max_registers,
+      interpret=plan.interpret,
       name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")
