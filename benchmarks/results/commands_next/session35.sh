@@ -1,5 +1,7 @@
 #!/bin/bash
 # Session 35, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session35.sh CALL
+# call1 ran at commit 66ff70e (an H100; ../session35/). Its `y_load` and `max_registers` tiles
+# were removed after it; at later commits its variants do not parse.
 #   call1: snapshot chains and draft trees at B=32, R=16: the table's tiles (the root's
 #          row peeled) against y reading the start state chunk by chunk (y_load=1), alone
 #          and with a register cap (max_registers=168: 3 programs an SM; 128 at n_cols 32:
