@@ -597,8 +597,8 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
                modes=(config_lib.SNAPSHOT, config_lib.COMPACT), tile_variants=(),
                variant_chains=False, shapes=("uniform",)):
   """Each mode: draft trees of each of `shapes` (`tree_table`) against chains of the same
-  rows (8 and 16, the capacity set to them), each call's tree and `state_row` drawn afresh;
-  the 16-row trees also against the 8-row chain. Ratio: the chain's time over the tree's.
+  rows (each of `sizes`, the capacity set to it), each call's tree and `state_row` drawn
+  afresh; the 16-row trees also against the 8-row chain where `sizes` has both. Ratio: the chain's time over the tree's.
   Where `tile_variants` (`TileConfig.replace_from_text`) are given, first each mode's trees
   (and chains, with `variant_chains`) with each of them against the table's tiles, timed
   interleaved (ratio: the table's time over the variant's)."""
