@@ -598,10 +598,11 @@ def suite_tree(bw, banks, blocks, dtype, batches=(1, 8, 32, 128), sizes=(8, 16),
                variant_chains=False, shapes=("uniform",)):
   """Each mode: draft trees of each of `shapes` (`tree_table`) against chains of the same
   rows (each of `sizes`, the capacity set to it), each call's tree and `state_row` drawn
-  afresh; the 16-row trees also against the 8-row chain where `sizes` has both. Ratio: the chain's time over the tree's.
-  Where `tile_variants` (`TileConfig.replace_from_text`) are given, first each mode's trees
-  (and chains, with `variant_chains`) with each of them against the table's tiles, timed
-  interleaved (ratio: the table's time over the variant's)."""
+  afresh; the 16-row trees also against the 8-row chain where `sizes` has both. Ratio: the
+  chain's time over the tree's. Where `tile_variants` (`TileConfig.replace_from_text`) are
+  given, first each mode's trees (and chains, with `variant_chains`) with each of them
+  against the table's tiles, timed interleaved (ratio: the table's time over the
+  variant's)."""
   rows_out = []
   params = params_lib.random_params(_geom)
   kinds = tuple(shapes) + ((False,) if variant_chains else ())
