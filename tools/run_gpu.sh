@@ -94,7 +94,7 @@ for s in $STAGES; do
     ncu)  # a short metric list at B=32: full sections replay each kernel with its memory saved
       for mode in ${M2V_NCU_MODES:-compact snapshot}; do  # no preallocated pool to back up
         XLA_PYTHON_CLIENT_PREALLOCATE=false stage "ncu_$mode" 150 ncu --clock-control none --kernel-name regex:'m2v_(conv|ssm)' \
-          --launch-skip 2 --launch-count 2 --metrics "$NCU_METRICS" \
+          --launch-skip ${M2V_NCU_SKIP:-2} --launch-count ${M2V_NCU_COUNT:-2} --metrics "$NCU_METRICS" \
           $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
     ncu_chunk)  # the chunked prefill's 11 launches at R=4096 (bf16): per segment (two) conv,

@@ -4,7 +4,10 @@
 #   goal:  on an H200 (the tree issue's goals are stated for it): the tree suite at B=32 in
 #          both modes, uniform and breadth-first trees; the snapshot trees' variant
 #          tree_y_after=1 against the table's (the root's row peeled, not yet timed on the
-#          H200); then ncu of the snapshot chain's and tree's launches at R=16 (~9 min).
+#          H200) and tree_y_launch=1 (y in a launch of its own), with the compiled HLO's
+#          copies (~9 min).
+#   ncu:   ncu of the snapshot chain's and tree's launches at R=16, and of the tree's with
+#          tree_y_launch=1 (~4 min).
 #   suite: the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
@@ -17,20 +20,44 @@ rows() {  # the benchmark rows of a run's log, the table's tile fields left out
   grep -hE "^\| (snap|comp)|rror" $1 | sort -u \
     | sed 's/num_warps=4 num_stages=1 n_cols=64 block_c=128 prep_warps=4 //' | cut -c1-220
 }
+copies() {  # the copies in the compiled HLO of a B=32, R=16 snapshot tree call with tree_y_launch
+  PYTHONPATH=$PWD timeout 120 python3 - > $1 2>&1 <<'PY'
+import re
+import jax, jax.numpy as jnp
+from m2v_jax import config as config_lib, dispatch
+from m2v_jax.kernels import tiles as tiles_lib
+cfg = config_lib.BOLT.replace(replay_mode="snapshot", capacity=16)
+tiles = tiles_lib.tile_config(cfg, 32).replace_from_text("64:4:64:tree_y_launch=1")
+f = lambda p, s, a, par: dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles, parents=par)
+args = dispatch.abstract_call_args(cfg, 32, 16) + (jax.ShapeDtypeStruct((32, 16), jnp.int32),)
+text = jax.jit(f, donate_argnums=(1,)).lower(*args).compile().as_text()
+print("copy ops:", [l.strip()[:160] for l in text.splitlines() if re.search(r"= \S+ copy\(", l)])
+print("custom calls:", len(re.findall(r"custom-call\(", text)))
+PY
+  cat $1
+}
 case "${1:-goal}" in
 goal)
   run goal M2V_STAGES=tree M2V_LIMIT_TREE=250 \
     M2V_BENCH_ARGS="--batches=32 --tree_shapes=uniform,bfs"
   rows $O/goal/tree.log
-  run y_after M2V_STAGES=tree M2V_LIMIT_TREE=150 M2V_BENCH_ARGS="--tree_modes=snapshot \
---batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1"
+  run y_after M2V_STAGES=tree M2V_LIMIT_TREE=200 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1,64:4:64:tree_y_launch=1"
   rows $O/y_after/tree.log
+  copies $O/copies.txt
+  ;;
+ncu)
   for tree in chain tree; do
     run ncu_$tree M2V_STAGES=ncu M2V_NCU_MODES=snapshot M2V_LIMIT_NCU_SNAPSHOT=60 \
       M2V_PROFILE_ARGS="--rows=16 --capacity=16$([ $tree = tree ] && echo ' --tree')"
     grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" $O/ncu_$tree/ncu_snapshot.log \
       | sed -E 's/ +/ /g' | cut -c1-90
   done
+  run ncu_y_launch M2V_STAGES=ncu M2V_NCU_MODES=snapshot M2V_LIMIT_NCU_SNAPSHOT=60 \
+    M2V_NCU_SKIP=3 M2V_NCU_COUNT=3 \
+    M2V_PROFILE_ARGS="--rows=16 --capacity=16 --tree --tiles=64:4:64:tree_y_launch=1"
+  grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" \
+    $O/ncu_y_launch/ncu_snapshot.log | sed -E 's/ +/ /g' | cut -c1-90
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
