@@ -38,11 +38,11 @@ PY
 }
 case "${1:-goal}" in
 goal)
-  run goal M2V_STAGES=tree M2V_LIMIT_TREE=250 \
+  run goal M2V_STAGES=tree M2V_LIMIT_TREE=230 \
     M2V_BENCH_ARGS="--batches=32 --tree_shapes=uniform,bfs"
   rows $O/goal/tree.log
-  run y_after M2V_STAGES=tree M2V_LIMIT_TREE=200 M2V_BENCH_ARGS="--tree_modes=snapshot \
---batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1,64:4:64:tree_y_launch=1"
+  run y_after M2V_STAGES=tree M2V_LIMIT_TREE=240 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1,64:4:64:tree_y_launch=1,32:4:64:tree_y_launch=1"
   rows $O/y_after/tree.log
   copies $O/copies.txt
   ;;
