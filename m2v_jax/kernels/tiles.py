@@ -61,13 +61,15 @@ class TileConfig:
       start state, which it then keeps in registers, its refolds starting there rather than
       from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
       bits either way.
-    tree_y_launch: 1: a draft tree's snapshot SSM work runs in two launches, y from the start
-      states, then the rows' states (without y's registers); 0: one launch. The same bits
+    tree_y_launch: 16, 32 or 64: a draft tree's snapshot SSM work runs in two launches, y
+      from the start states in P tiles of that many rows (with min(num_warps, rows / 8)
+      warps), then the rows' states (without y's registers); 0: one launch. The same bits
       either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache, tree_order, tree_y_after or tree_y_launch not 0 or 1.
+      below 0, tree_cache, tree_order or tree_y_after not 0 or 1, tree_y_launch not 0, 16,
+      32 or 64.
   """
 
   block_p: int
@@ -88,9 +90,12 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.tree_recompute < 0:
       raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
-    for name in ("tree_cache", "tree_order", "tree_y_after", "tree_y_launch"):
+    for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
+    if self.tree_y_launch not in (0, 16, 32, 64):
+      raise ValueError(f"TileConfig.tree_y_launch: expected 0, 16, 32 or 64, got "
+                       f"{self.tree_y_launch}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

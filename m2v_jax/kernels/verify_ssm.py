@@ -331,9 +331,14 @@ def ssm(plan, params, state, prepped, args, parents=None):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs
   (a tree's ancestor bits, path decay sums and row order among them), with a tree's parents
   [B, R] where `plan.tree`; returns its outputs by name. A snapshot tree with
-  `tree_y_launch` runs two launches: y from the start states, then the rows' states."""
-  if plan.tree and not plan.compact and plan.tiles.tree_y_launch and plan.part == "all":
-    y = _launch(dataclasses.replace(plan, part="y"), params, state, prepped, args, parents)
+  `tree_y_launch` runs two launches: y from the start states (in P tiles of that many
+  rows), then the rows' states."""
+  y_p = plan.tiles.tree_y_launch
+  if plan.tree and not plan.compact and y_p and plan.part == "all":
+    y_tiles = dataclasses.replace(plan.tiles, block_p=y_p,
+                                  num_warps=min(plan.tiles.num_warps, max(1, y_p // 8)))
+    y = _launch(dataclasses.replace(plan, part="y", tiles=y_tiles), params, state, prepped,
+                args, parents)
     rows = _launch(dataclasses.replace(plan, part="states"), params, state, prepped, args,
                    parents, after=y["y_ref"])
     return dict(rows, y_ref=y["y_ref"])

@@ -4,10 +4,12 @@
 #   goal:  on an H200 (the tree issue's goals are stated for it): the tree suite at B=32 in
 #          both modes, uniform and breadth-first trees; the snapshot trees' variant
 #          tree_y_after=1 against the table's (the root's row peeled, not yet timed on the
-#          H200) and tree_y_launch=1 (y in a launch of its own), with the compiled HLO's
+#          H200) and tree_y_launch=64 (y in a launch of its own), with the compiled HLO's
 #          copies (~9 min).
 #   ncu:   ncu of the snapshot chain's and tree's launches at R=16, and of the tree's with
-#          tree_y_launch=1 (~4 min).
+#          tree_y_launch=64 (~4 min).
+#   ylaunch: tree_y_launch's y launch in P tiles of 16, 32 and 64 rows, timed against one
+#          launch, and ncu of 16 and 32 (~6 min).
 #   suite: the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
@@ -27,7 +29,7 @@ import jax, jax.numpy as jnp
 from m2v_jax import config as config_lib, dispatch
 from m2v_jax.kernels import tiles as tiles_lib
 cfg = config_lib.BOLT.replace(replay_mode="snapshot", capacity=16)
-tiles = tiles_lib.tile_config(cfg, 32).replace_from_text("64:4:64:tree_y_launch=1")
+tiles = tiles_lib.tile_config(cfg, 32).replace_from_text("64:4:64:tree_y_launch=64")
 f = lambda p, s, a, par: dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles, parents=par)
 args = dispatch.abstract_call_args(cfg, 32, 16) + (jax.ShapeDtypeStruct((32, 16), jnp.int32),)
 text = jax.jit(f, donate_argnums=(1,)).lower(*args).compile().as_text()
@@ -42,7 +44,7 @@ goal)
     M2V_BENCH_ARGS="--batches=32 --tree_shapes=uniform,bfs"
   rows $O/goal/tree.log
   run y_after M2V_STAGES=tree M2V_LIMIT_TREE=240 M2V_BENCH_ARGS="--tree_modes=snapshot \
---batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1,64:4:64:tree_y_launch=1,32:4:64:tree_y_launch=1"
+--batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1,64:4:64:tree_y_launch=64,32:4:64:tree_y_launch=32"
   rows $O/y_after/tree.log
   copies $O/copies.txt
   ;;
@@ -55,9 +57,22 @@ ncu)
   done
   run ncu_y_launch M2V_STAGES=ncu M2V_NCU_MODES=snapshot M2V_LIMIT_NCU_SNAPSHOT=60 \
     M2V_NCU_SKIP=3 M2V_NCU_COUNT=3 \
-    M2V_PROFILE_ARGS="--rows=16 --capacity=16 --tree --tiles=64:4:64:tree_y_launch=1"
+    M2V_PROFILE_ARGS="--rows=16 --capacity=16 --tree --tiles=64:4:64:tree_y_launch=64"
   grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" \
     $O/ncu_y_launch/ncu_snapshot.log | sed -E 's/ +/ /g' | cut -c1-90
+  ;;
+ylaunch)  # the y launch's P tile: the three against one launch, then ncu of 16 and 32
+  run ylaunch M2V_STAGES=tree M2V_LIMIT_TREE=240 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_launch=16,64:4:64:tree_y_launch=32,\
+64:4:64:tree_y_launch=64"
+  rows $O/ylaunch/tree.log
+  for y in 16 32; do
+    run ncu_y$y M2V_STAGES=ncu M2V_NCU_MODES=snapshot M2V_LIMIT_NCU_SNAPSHOT=60 \
+      M2V_NCU_SKIP=3 M2V_NCU_COUNT=3 \
+      M2V_PROFILE_ARGS="--rows=16 --capacity=16 --tree --tiles=64:4:64:tree_y_launch=$y"
+    grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" \
+      $O/ncu_y$y/ncu_snapshot.log | sed -E 's/ +/ /g' | cut -c1-90
+  done
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
