@@ -9,7 +9,8 @@
 #   ncu:   ncu of the snapshot chain's and tree's launches at R=16, and of the tree's with
 #          tree_y_launch=64 (~4 min).
 #   ylaunch: tree_y_launch's y launch in P tiles of 16, 32 and 64 rows, timed against one
-#          launch, and ncu of 16 and 32 (~6 min).
+#          launch, ncu of 16 and 32, and the compiled test that holds the variants bitwise
+#          to one launch (~7 min).
 #   suite: the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
@@ -73,6 +74,8 @@ ylaunch)  # the y launch's P tile: the three against one launch, then ncu of 16 
     grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" \
       $O/ncu_y$y/ncu_snapshot.log | sed -E 's/ +/ /g' | cut -c1-90
   done
+  run ytest M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="refolded_or_reloaded" M2V_LIMIT_GPU_TESTS=120
+  grep -E "passed|failed|FAILED|Error" $O/ytest.txt | tail -5
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
