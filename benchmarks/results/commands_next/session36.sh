@@ -74,7 +74,7 @@ ylaunch)  # the y launch's P tile: the three against one launch, then ncu of 16 
     grep -E "m2v_|gpu__time|inst_exec|registers|warps_active|dram" \
       $O/ncu_y$y/ncu_snapshot.log | sed -E 's/ +/ /g' | cut -c1-90
   done
-  run ytest M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="refolded_or_reloaded" M2V_LIMIT_GPU_TESTS=120
+  run ytest M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="refolded_or_reloaded" M2V_LIMIT_GPU_TESTS=180
   grep -E "passed|failed|FAILED|Error" $O/ytest.txt | tail -5
   ;;
 suite)
