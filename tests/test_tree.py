@@ -239,8 +239,7 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
   parent's slot (`tree_recompute=0`), either by path length (1 and 2), or refolded from the
   last refolded parent (`tree_cache=1`, alone and with 1); the rows run child first (the
   default) or in row order (`tree_order=0`); y before the rows (the default) or after them
-  (`tree_y_after=1`, whose refolds start from the start state), or in a launch of their own
-  (`tree_y_launch=16` and 64, before the rows' launch): y and every slot bitwise the
+  (`tree_y_after=1`, whose refolds start from the start state): y and every slot bitwise the
   same, with a float32 state and with a bfloat16 one (bfloat16 activations compiled, where
   the modes' 16-bit gap does not arise). The trees: one whose cached parent is above, below
   and beside later parents and whose child-first order steps down to children that do not
@@ -274,8 +273,7 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
                dict(tree_cache=1),
                dict(tree_cache=1, tree_recompute=1), dict(tree_order=0),
                dict(tree_order=0, tree_recompute=0), dict(tree_order=0, tree_cache=1),
-               dict(tree_y_after=1), dict(tree_y_after=1, tree_cache=1),
-               dict(tree_y_launch=16), dict(tree_y_launch=64, tree_order=0)):
+               dict(tree_y_after=1), dict(tree_y_after=1, tree_cache=1)):
       y_a, st_a = kern(cfg, backend, p, state, args, dataclasses.replace(tiles, **kw),
                        parents=parents)
       what = f"{jnp.dtype(state_dtype).name} state, {kw}"
@@ -289,8 +287,6 @@ def test_parent_states_refolded_or_reloaded_agree(backend):
     dataclasses.replace(tiles, tree_order=-1)
   with pytest.raises(ValueError, match="tree_y_after: expected 0 or 1"):
     dataclasses.replace(tiles, tree_y_after=2)
-  with pytest.raises(ValueError, match="tree_y_launch: expected 0, 16, 32 or 64"):
-    dataclasses.replace(tiles, tree_y_launch=1)
 
 
 @pytest.mark.parametrize("backend", ["reference", "interpret",

@@ -61,15 +61,10 @@ class TileConfig:
       start state, which it then keeps in registers, its refolds starting there rather than
       from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
       bits either way.
-    tree_y_launch: 16, 32 or 64: a draft tree's snapshot SSM work runs in two launches, y
-      from the start states in P tiles of that many rows (with min(num_warps, rows / 8)
-      warps), then the rows' states (without y's registers); 0: one launch. The same bits
-      either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache, tree_order or tree_y_after not 0 or 1, tree_y_launch not 0, 16,
-      32 or 64.
+      below 0, tree_cache, tree_order or tree_y_after not 0 or 1.
   """
 
   block_p: int
@@ -82,7 +77,6 @@ class TileConfig:
   tree_cache: int = 0
   tree_order: int = 1
   tree_y_after: int = 0
-  tree_y_launch: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -93,9 +87,6 @@ class TileConfig:
     for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
-    if self.tree_y_launch not in (0, 16, 32, 64):
-      raise ValueError(f"TileConfig.tree_y_launch: expected 0, 16, 32 or 64, got "
-                       f"{self.tree_y_launch}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

@@ -33,8 +33,6 @@ class Plan:
       addresses, in the conv launch (not ruled out on the host).
     tree: the rows form a draft tree (`parents`): each row's conv window and state come
       from its parent's, y sums over its ancestors (R <= capacity).
-    part: what the SSM launch computes: "all", or a snapshot tree's "y" or "states" where
-      `TileConfig.tree_y_launch` splits them.
   """
 
   cfg: config_lib.Mamba2Config
@@ -49,7 +47,6 @@ class Plan:
   state_dtype: jnp.dtype = jnp.dtype(jnp.float32)
   check_shared: bool = False
   tree: bool = False
-  part: str = "all"
 
   @property
   def compact(self) -> bool:

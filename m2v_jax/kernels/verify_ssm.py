@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,9 +25,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
                 prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, par_ref=None,
                 bits_ref=None, cum_ref=None, order_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
-                origin_ref=None, lbits_ref=None, after_ref=None, ssm_out_ref=None,
-                pend_out_ref=None, starts_out_ref=None, origin_out_ref=None,
-                lbits_out_ref=None, y_ref=None, plan):
+                origin_ref=None, lbits_ref=None, ssm_out_ref, pend_out_ref=None,
+                starts_out_ref=None, origin_out_ref=None, lbits_out_ref=None, y_ref=None, plan):
   """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
 
   Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
@@ -48,8 +45,6 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     pend_ref, starts_ref, origin_ref  [E] int32       -> *_out_ref (aliased)
     lbits_ref  [E, cap] int32                         -> lbits_out_ref (aliased), `last_bits`
     y_ref      [B, R, H*P]                            (None in a fold)
-    after_ref                                         unread: orders a launch after another
-  A launch of `plan.part` "y" has no ssm_out_ref, one of "states" no y_ref.
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
   assert not (plan.tree and body), "a tree call has at most capacity rows"
@@ -236,10 +231,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     L = min(R, cap)
     # The kept segment's rows do not depend on the state: their loads go out first.
     # `tree_y_after`: a snapshot tree's y after its rows, so its tiles are loaded then.
-    y_after = (plan.tree and not plan.compact and bool(plan.tiles.tree_y_after)
-               and plan.part == "all")
-    do_y, do_rows = plan.part != "states", plan.part != "y"
-    kept = segment_tiles(body, L) if R and not body and not y_after and do_y else None
+    y_after = plan.tree and not plan.compact and bool(plan.tiles.tree_y_after)
+    kept = segment_tiles(body, L) if R and not body and not y_after else None
     slot = () if plan.compact else (row_ref[b],)
     S = [ssm_ref[(e,) + slot + (h, ps, c)].astype(f32) for c in chunks]
     if plan.compact:
@@ -302,16 +295,16 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       if plan.compact:
         store_state(S)
 
-    if not y_after and do_y:
+    if not y_after:
       segment_y(S, body, L, kept, plan.state_dtype)
-    if not plan.compact and do_rows:
+    if not plan.compact:
       def store_slot(S, i):
         pl.when(body + i < n)(lambda: store_state(S, i))
       new_rows(S, body, L, store_slot, keep_start=y_after)
     if y_after:                        # from the start state S, which new_rows leaves as it is
       segment_y(S, body, L, None, plan.state_dtype)
 
-  if R and plan.part != "states":
+  if R:
     @pl.when(~valid)
     def _fill():
       fill = jnp.where(pad, jnp.zeros((BP,), f32), jnp.full((BP,), jnp.nan, f32))
@@ -330,24 +323,7 @@ def _store(ref, at, value):
 def ssm(plan, params, state, prepped, args, parents=None):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs
   (a tree's ancestor bits, path decay sums and row order among them), with a tree's parents
-  [B, R] where `plan.tree`; returns its outputs by name. A snapshot tree with
-  `tree_y_launch` runs two launches: y from the start states (in P tiles of that many
-  rows), then the rows' states."""
-  y_p = plan.tiles.tree_y_launch
-  if plan.tree and not plan.compact and y_p and plan.part == "all":
-    y_tiles = dataclasses.replace(plan.tiles, block_p=y_p,
-                                  num_warps=min(plan.tiles.num_warps, max(1, y_p // 8)))
-    y = _launch(dataclasses.replace(plan, part="y", tiles=y_tiles), params, state, prepped,
-                args, parents)
-    rows = _launch(dataclasses.replace(plan, part="states"), params, state, prepped, args,
-                   parents, after=y["y_ref"])
-    return dict(rows, y_ref=y["y_ref"])
-  return _launch(plan, params, state, prepped, args, parents)
-
-
-def _launch(plan, params, state, prepped, args, parents, after=None):
-  """One SSM launch of `plan.part` (all, y or states); `after`: an input the launch waits
-  for (unread), so a states launch runs after the y launch that reads its start slots."""
+  [B, R] where `plan.tree`; returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
@@ -369,20 +345,17 @@ def _launch(plan, params, state, prepped, args, parents, after=None):
                   pend_ref=state.pending if compact else None,
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
-                  lbits_ref=state.last_bits if plan.walk else None, after_ref=after),
-      outputs=dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype) if plan.part != "y"
-                   else None,
+                  lbits_ref=state.last_bits if plan.walk else None),
+      outputs=dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype),
                    pend_out_ref=sds((plan.E,), i32) if compact else None,
                    starts_out_ref=sds((plan.E,), i32) if compact else None,
                    origin_out_ref=sds((plan.E,), i32) if compact else None,
                    lbits_out_ref=sds(state.last_bits.shape, i32) if plan.walk else None,
-                   y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype)
-                   if plan.R and plan.part != "states" else None),
-      aliases=dict(pend_ref="pend_out_ref", starts_ref="starts_out_ref",
-                   origin_ref="origin_out_ref", lbits_ref="lbits_out_ref",
-                   **({} if plan.part == "y" else dict(ssm_ref="ssm_out_ref"))),
+                   y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
+      aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
+                   starts_ref="starts_out_ref", origin_ref="origin_out_ref",
+                   lbits_ref="lbits_out_ref"),
       grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,
-      name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}" + ("" if plan.part == "all" else
-                                                        f"_{plan.part}"))
+      name=f"m2v_ssm_{cfg.replay_mode}_r{plan.R}")

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Session 36, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session36.sh CALL
-# Stages of tools/run_gpu.sh, each run in its own folder under $OUT.
+# Stages of tools/run_gpu.sh, each run in its own folder under $OUT. The tree_y_launch variants
+# need `git apply benchmarks/results/commands_next/tree_y_launch.patch` first (the code that
+# ran; removed after session 36's call 3).
 #   goal:  on an H200 (the tree issue's goals are stated for it): the tree suite at B=32 in
 #          both modes, uniform and breadth-first trees; the snapshot trees' variant
 #          tree_y_after=1 against the table's (the root's row peeled, not yet timed on the
