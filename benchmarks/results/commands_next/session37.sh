@@ -1,0 +1,41 @@
+#!/bin/bash
+# For the next session, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session37.sh CALL
+# Stages of tools/run_gpu.sh (or bench.py), each in its own folder under $OUT.
+#   goal:   on an H200 (the tree issue's goals are stated for it): the tree suite at B=32 in
+#           both modes, uniform and breadth-first trees, then tree_y_after=1 against the
+#           table (~6 min). The root's row peel has not yet been timed on an H200.
+#   stages: the chunked prefill's bf16 fused pass with state_stages 3 against the table's 2
+#           at R=4096, B=1, interleaved (0.97x the time on an H100, session 36) (~3 min).
+#   suite:  the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
+set -u
+O=${OUT:-/tmp/out}; mkdir -p $O
+run() {  # run FOLDER VAR=VALUE...: tools/run_gpu.sh with those settings, its output in FOLDER
+  local dir=$O/$1; shift
+  env "$@" OUT=$dir bash tools/run_gpu.sh > $dir.txt 2>&1
+  echo "$dir: exit $?"
+}
+rows() {  # the benchmark rows of a run's log, the table's tile fields left out
+  grep -hE "^\| (snap|comp|chunk)|rror" $1 | sort -u \
+    | sed 's/num_warps=4 num_stages=1 n_cols=64 block_c=128 prep_warps=4 //' | cut -c1-220
+}
+case "${1:-goal}" in
+goal)
+  run goal M2V_STAGES=tree M2V_LIMIT_TREE=230 \
+    M2V_BENCH_ARGS="--batches=32 --tree_shapes=uniform,bfs"
+  rows $O/goal/tree.log
+  run y_after M2V_STAGES=tree M2V_LIMIT_TREE=150 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1"
+  rows $O/y_after/tree.log
+  ;;
+stages)
+  V=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:3:4:1:1:32:256:4:64:1
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 200 python3 \
+    benchmarks/bench.py --suites=chunk_sweep --chunk_variants=$V --out=$O/chunk_sweep.json \
+    > $O/chunk_sweep.txt 2>&1
+  rows $O/chunk_sweep.txt
+  ;;
+suite)
+  run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
+  grep -E "passed|failed|FAILED|ERROR|=== gpu|s call" $O/suite.txt | tail -25
+  ;;
+esac
