@@ -80,11 +80,6 @@ def store(ref, value, mask) -> None:
   plt.store(ref, value, mask=jnp.broadcast_to(mask, ref.shape))
 
 
-def store_evict_first(ref, value) -> None:
-  """Stores `value` into the `ref.at[...]` view, its L2 lines marked to leave first."""
-  plt.store(ref, value, eviction_policy="evict_first")
-
-
 def _aliases(aliases, in_index, out_index, name):
   """`input_output_aliases` from {input name: output name}, skipping pairs with both absent."""
   out = {}

@@ -61,12 +61,10 @@ class TileConfig:
       start state, which it then keeps in registers, its refolds starting there rather than
       from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
       bits either way.
-    evict_first: 1: a snapshot SSM program's slot stores mark their L2 lines to leave first
-      (compiled); 0: plain stores. The same bits either way.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache, tree_order, tree_y_after or evict_first not 0 or 1.
+      below 0, tree_cache, tree_order or tree_y_after not 0 or 1.
   """
 
   block_p: int
@@ -79,7 +77,6 @@ class TileConfig:
   tree_cache: int = 0
   tree_order: int = 1
   tree_y_after: int = 0
-  evict_first: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -87,7 +84,7 @@ class TileConfig:
       raise ValueError(f"TileConfig.num_stages: expected >= 1, got {self.num_stages}")
     if self.tree_recompute < 0:
       raise ValueError(f"TileConfig.tree_recompute: expected >= 0, got {self.tree_recompute}")
-    for name in ("tree_cache", "tree_order", "tree_y_after", "evict_first"):
+    for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
 

@@ -87,11 +87,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
   def store_state(S, *slot):
     for c, s in zip(chunks, S):
-      at, v = (e,) + slot + (h, ps, c), s.astype(ssm_out_ref.dtype)
-      if slot and plan.tiles.evict_first and triton:
-        backend.store_evict_first(ssm_out_ref.at[at], v)
-      else:
-        ssm_out_ref[at] = v
+      ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
   def segment_tiles(t0, L):
     """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts (none in a

@@ -6,6 +6,8 @@
 #           table (~6 min). The root's row peel has not yet been timed on an H200.
 #   stages: the chunked prefill's bf16 fused pass with state_stages 3 against the table's 2
 #           at R=4096, B=1, interleaved (0.97x the time on an H100, session 36) (~3 min).
+#   evict:  the snapshot slot stores with an L2 evict-first hint (evict_first.patch), chains
+#           and trees at B=32, R=16 (~3 min). Predicted 0.98-1.03x the table's speed.
 #   suite:  the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
@@ -33,6 +35,13 @@ stages)
     benchmarks/bench.py --suites=chunk_sweep --chunk_variants=$V --out=$O/chunk_sweep.json \
     > $O/chunk_sweep.txt 2>&1
   rows $O/chunk_sweep.txt
+  ;;
+evict)  # the slot stores' L2 evict-first hint (evict_first.patch, applied here) (~3 min)
+  git apply benchmarks/results/commands_next/evict_first.patch || exit 1
+  run evict M2V_STAGES=tree M2V_LIMIT_TREE=170 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16 --tree_variant_chains --tree_tiles=64:4:64:evict_first=1"
+  rows $O/evict/tree.log
+  git apply -R benchmarks/results/commands_next/evict_first.patch
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
