@@ -814,13 +814,15 @@ def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
 
 
 def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
-                  kinds=("serial", "chunked", "highest", "reference", "dense", "compact")):
+                  kinds=("serial", "chunked", "highest", "reference", "dense", "compact"),
+                  serial_tiles=()):
   """Prefill chunks (B=1, snapshot mode): serial kernel, chunked kernel at the default
   product precision and at "highest" (the precision a word of the name), jnp reference
   scan, dense jnp SSD; then compact chunked prefill with and without a pending window.
   Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB. `kinds` picks
-  the cases (serial, chunked, highest, reference, dense, compact). Ratio: over the first
-  case."""
+  the cases (serial, chunked, highest, reference, dense, compact); `serial_tiles` adds the
+  serial kernel at those verify tiles (`TileConfig.replace_from_text`) after it. Ratio:
+  over the first case."""
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
@@ -834,9 +836,14 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
              "highest": lambda: mk(highest, chunked=True),
              "reference": lambda: mk(backend=config_lib.REFERENCE),
              "dense": lambda: mk(dense=True)}
+    if "serial" in kinds:
+      for v in serial_tiles:
+        tiles = tiles_lib.tile_config(snap, 1).replace_from_text(v)
+        cases[f"serial {v}"] = lambda tiles=tiles, v=v: mk(
+            tiles=tiles, name=f"snapshot B=1 R={R} row=0 serial {v}")
     if snap.prefill_precision_for(dtype) == config_lib.HIGHEST:
       del cases["highest"]                                   # the default is "highest"
-    cases = [make() for name, make in cases.items() if name in kinds]
+    cases = [make() for name, make in cases.items() if name.split()[0] in kinds]
     t = time_cases(cases, max(3, blocks // 3), target_s=0.05)
     for c in cases:
       rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[cases[0].name], t[c.name])
@@ -1000,6 +1007,8 @@ flags.DEFINE_bool("tree_variant_chains", False, "the tree suite's --tree_tiles v
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"], "cases of the prefill suite")
+flags.DEFINE_list("serial_tiles", [], "verify tiles of extra serial cases of the prefill "
+                  "suite (`TileConfig.replace_from_text`, e.g. 64:4:64:body_rows=8)")
 flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
                   "prompt lengths of the ragged suite")
 flags.DEFINE_list("sweep_batches", ["1", "32"], "batch sizes of the sweep suite")
@@ -1057,7 +1066,8 @@ def main(argv):
                                        windows=[int(w) for w in FLAGS.windows],
                                        tile_variants=FLAGS.loop_tiles),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths],
-                                          kinds=FLAGS.prefill_cases),
+                                          kinds=FLAGS.prefill_cases,
+                                          serial_tiles=FLAGS.serial_tiles),
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],

@@ -283,3 +283,16 @@ def test_tree_verify_lowers(mode, R):
   ops = set(re.findall(r"stablehlo\.(\w+)", text))
   assert ops <= {"custom_call", "constant", "optimization_barrier", "output_operand_alias",
                  "mesh"}, ops
+
+
+@pytest.mark.parametrize("mode,z,body_rows", [("snapshot", False, 8), ("compact", True, 16),
+                                              ("snapshot", True, 32)])
+def test_body_rows_lower(mode, z, body_rows):
+  """`TileConfig.body_rows`: long calls on the verify kernels, their body folded in products."""
+  cfg = m.BOLT.replace(replay_mode=mode)
+  tiles = m.tile_config(cfg, 1).replace_from_text(f"64:4:64:body_rows={body_rows}")
+  args = dispatch.abstract_call_args(cfg, 1, 77, z)
+  text = backend.lower_for_cuda(
+      lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles), *args,
+      donate_argnums=(1,))
+  assert text.count("__gpu$xla.gpu.triton") == 2

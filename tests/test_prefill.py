@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import m2v_jax as m
-from m2v_jax import dispatch
+from m2v_jax import dispatch, reference, status
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import chunk_conv
 from m2v_jax.kernels import chunk_scan as pk
@@ -519,3 +519,47 @@ class TestPrefillCompiled(PrefillChecks):
 
 class TestPrefillInterpret(PrefillChecks):
   backend = "interpret"
+
+
+@pytest.mark.parametrize("backend", ["interpret", pytest.param("pallas", marks=pytest.mark.gpu)])
+def test_body_rows_fold_each_body_segment_in_one_product(backend):
+  """`TileConfig.body_rows`: a call longer than the capacity on the verify kernels folds its
+  body in segments of that many rows, one product each. Modes bitwise equal (y and committed
+  states at three accepted rows), gated and not, full and partial segments (R=37 and 45 at
+  capacity 8: bodies of 29 and 37 rows); within float32 rounding of row by row and of the
+  reference; then R=8 verify calls continue from it. Bad values raise."""
+  kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
+  snap = small_cfg(capacity=8)
+  comp = snap.replace(replay_mode="compact")
+  p = m.random_params(snap, 5)
+  rng = np.random.default_rng(5)
+  B = 3
+  base = m.tile_config(snap, B)
+  for R, body_rows, gated in ((37, 8, False), (45, 16, True), (37, 32, False)):
+    tiles = dataclasses.replace(base, body_rows=body_rows)
+    xbc, dt = inputs(snap, B, R, jnp.float32, rng=rng)
+    z = jnp.asarray(rng.normal(size=(B, R, snap.d_inner)), jnp.float32) if gated else None
+    args = status.call_args(xbc, dt, np.zeros(B, np.int32), z)
+    out = {c.replay_mode: kern(c, backend, p, m.init_state(c, B, jnp.float32), args, tiles)
+           for c in (snap, comp)}
+    what = f"R={R} body_rows={body_rows}"
+    assert_bitwise(out["snapshot"][0], out["compact"][0], f"y, {what}")
+    rows = np.array([7, 0, 4], np.int32)
+    committed = [m.committed_state(c, p, out[c.replay_mode][1], rows, backend=backend)
+                 for c in (snap, comp)]
+    assert_bitwise(committed[0][0], committed[1][0], f"committed ssm, {what}")
+    y_rows, st_rows = kern(snap, backend, p, m.init_state(snap, B, jnp.float32), args, base)
+    y_ref, st_ref = reference.snapshot_call(snap, p, m.init_state(snap, B, jnp.float32), args)
+    for y_want, st_want, of in ((y_rows, st_rows, "row by row"), (y_ref, st_ref, "reference")):
+      assert_close(out["snapshot"][0], y_want, 1e-5, f"y against {of}, {what}")
+      assert_close(out["snapshot"][1].ssm, st_want.ssm, 1e-5, f"ssm against {of}, {what}")
+    assert not np.array_equal(np.asarray(out["snapshot"][1].ssm), np.asarray(st_rows.ssm)), (
+        f"{what}: the product gave the row-by-row bits; it did not run")
+    states = {c.replay_mode: out[c.replay_mode][1] for c in (snap, comp)}
+    xbc, dt = inputs(snap, B, 8, jnp.float32, rng=rng)
+    args = status.call_args(xbc, dt, rows)
+    ys = [kern(c, backend, p, states[c.replay_mode], args, tiles)[0] for c in (snap, comp)]
+    assert_bitwise(ys[0], ys[1], f"y of the verify call after {what}")
+  for bad in (4, 12):
+    with pytest.raises(ValueError, match="body_rows: expected 0 or a power of two >= 8"):
+      dataclasses.replace(base, body_rows=bad)

@@ -61,10 +61,16 @@ class TileConfig:
       start state, which it then keeps in registers, its refolds starting there rather than
       from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
       bits either way.
+    body_rows: a call of more than capacity rows on the verify kernels runs the rows before
+      its kept ones in segments of this many rows (a power of two >= 8), each folded in
+      one product from the segment's start state (the SSD dual form, as y), in both modes;
+      0: segments of capacity rows, folded row by row. The two agree to float32 rounding,
+      not bit for bit.
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
-      below 0, tree_cache, tree_order or tree_y_after not 0 or 1.
+      below 0, tree_cache, tree_order or tree_y_after not 0 or 1, body_rows neither 0 nor
+      a power of two >= 8.
   """
 
   block_p: int
@@ -77,6 +83,7 @@ class TileConfig:
   tree_cache: int = 0
   tree_order: int = 1
   tree_y_after: int = 0
+  body_rows: int = 0
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))
@@ -87,6 +94,10 @@ class TileConfig:
     for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
+
+    if self.body_rows and (self.body_rows < 8 or self.body_rows & (self.body_rows - 1)):
+      raise ValueError(f"TileConfig.body_rows: expected 0 or a power of two >= 8, got "
+                       f"{self.body_rows}")
 
   def replace_from_text(self, text: str) -> "TileConfig":
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as

@@ -76,9 +76,14 @@ class Plan:
     return dual.tile_rows(self.cap)
 
   @property
+  def KB(self) -> int:
+    """Rows of a body segment: `TileConfig.body_rows`, else the capacity."""
+    return self.tiles.body_rows or self.cap
+
+  @property
   def RT(self) -> int:
     """Rows of the post-conv scratch, so every segment tile is in bounds."""
-    return self.body + self.KT
+    return self.body + max(self.KT, self.KB if self.body else 0)
 
   @property
   def block_c(self) -> int:

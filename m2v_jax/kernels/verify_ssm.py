@@ -89,30 +89,40 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     for c, s in zip(chunks, S):
       ssm_out_ref[(e,) + slot + (h, ps, c)] = s.astype(ssm_out_ref.dtype)
 
-  def segment_tiles(t0, L):
-    """x [KT, BP], B and C chunks [KT, NC], dt [KT] of rows t0.., and L scalar dts (none in a
+  def segment_tiles(t0, L, K=KT):
+    """x [K, BP], B and C chunks [K, NC], dt [K] of rows t0.., and L scalar dts (none in a
     tree: its decays come from the conv launch's path sums)."""
-    rows = (b, pl.ds(t0, KT))
+    rows = (b, pl.ds(t0, K))
     x = xr_ref[rows + (xcols,)].astype(f32)
     bm = [xr_ref[rows + (c,)].astype(f32) for c in bcols]
     cm = [xr_ref[rows + (pl.ds(HP + GN + g * N + c.start, NC),)].astype(f32) for c in chunks]
     dtv = dtr_ref[rows + (h,)]
     return x, bm, cm, dtv, [dtr_ref[b, t0 + k, h] for k in range(0 if plan.tree else L)]
 
-  def segment_y(S, t0, L, tiles=None, held=f32):
-    """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated."""
+  def segment_y(S, t0, L, tiles=None, held=f32, whole=False):
+    """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated.
+    `whole`: the tiles' rows are all in the call (a full body segment), stored as one tile."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
-    live = (kt < L) & (t0 + kt < n)
+    K = x.shape[0]
+    ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
+    live = (ks < L) & (t0 + ks < n)
     if plan.tree:                      # t0 == 0: the conv launch's path sums
       anc, cum = dual.ancestors(bits_ref[b, pl.ds(0, KT)], KT), cum_ref[b, pl.ds(0, KT), h]
     else:
       a_rows = [jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)]
-      anc, cum = None, dual.log_decay(a_rows, KT)
-    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, KT]
+      anc, cum = None, dual.log_decay(a_rows, K)
+    y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, K]
     if not body and R == KT and not plan.has_z:
       y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
-    cols = lax.broadcasted_iota(jnp.int32, (BP, KT), 1)
+    if whole and not plan.has_z:
+      y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
+      return
+    if whole and body:                 # a full body segment, gated
+      yz = rowmath.gate(y.T, z_ref[b, pl.ds(t0, K), xcols].astype(f32))
+      y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[:, None], yz, 0.0).astype(y_ref.dtype)
+      return
+    cols = lax.broadcasted_iota(jnp.int32, (BP, K), 1)
 
     def store_row(t):
       yt = jnp.sum(jnp.where(cols == t, y, 0.0), axis=1)
@@ -121,6 +131,22 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
 
     backend.static_loop(L, store_row, plan.interpret)
+
+  def fold_segment(S, t0, L, tiles):
+    """The state after rows t0 .. t0 + L - 1 (those before num_rows) from S in one product
+    (the SSD dual form): exp(c) S + sum_k dt_k exp(c - cum_k) x_k B_kᵀ, with cum the
+    running sum of dt·A over the rows (`dual.log_decay`) and c its last entry."""
+    x, bm, _, dtv, dts = tiles
+    K = x.shape[0]
+    ks = lax.broadcasted_iota(jnp.int32, (K,), 0)
+    live = (ks < L) & (t0 + ks < n)
+    cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], K)
+    c = jnp.sum(jnp.where(ks == L - 1, cum, 0.0))
+    w = jnp.where(live, dtv * jnp.exp(c - cum), 0.0)                    # [K]
+    xw = jnp.where(live[:, None], x, 0.0) * w[:, None]                  # [K, BP]
+    bk = [jnp.where(live[:, None], v, 0.0) for v in bm]                 # [K, NC]
+    decay = jnp.exp(c)
+    return [decay * s + mm.product(xw, v, "a", trans_a=True) for s, v in zip(S, bk)]
 
   def walk(S, steps, first, next_row, load, again=None, prev=None):
     """S after `steps` rows from `first` = (row, rest), `next_row(rest)` -> (row, rest), each
@@ -281,16 +307,21 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       return
 
     if body:
-      full = body // cap
+      seg = plan.KB                    # rows a body segment
+      full = body // seg
 
       def body_segment(t0, L, S):
-        segment_y(S, t0, L)
-        return new_rows(S, t0, L, None)
+        if not plan.tiles.body_rows:
+          segment_y(S, t0, L)
+          return new_rows(S, t0, L, None)
+        tiles = segment_tiles(t0, L, seg)
+        segment_y(S, t0, L, tiles, whole=L == seg)
+        return fold_segment(S, t0, L, tiles)
 
       if full:
-        S = lax.fori_loop(0, full, lambda j, S: body_segment(j * cap, cap, S), S)
-      if body % cap:
-        S = body_segment(full * cap, body % cap, S)
+        S = lax.fori_loop(0, full, lambda j, S: body_segment(j * seg, seg, S), S)
+      if body % seg:
+        S = body_segment(full * seg, body % seg, S)
       S = rounded(S)
       if plan.compact:
         store_state(S)

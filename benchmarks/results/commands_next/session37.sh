@@ -8,6 +8,9 @@
 #           at R=4096, B=1, interleaved (0.97x the time on an H100, session 36) (~3 min).
 #   evict:  the snapshot slot stores with an L2 evict-first hint (evict_first.patch), chains
 #           and trees at B=32, R=16 (~3 min). Predicted 0.98-1.03x the table's speed.
+#   body:   `TileConfig.body_rows` (the serial path's body folded one product a segment of 8,
+#           16 or 32 rows) against the table and the chunked path at R=37..512, B=1, bf16,
+#           and its compiled test (~6 min).
 #   suite:  the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p $O
@@ -42,6 +45,14 @@ evict)  # the slot stores' L2 evict-first hint (evict_first.patch, applied here)
 --batches=32 --tree_sizes=16 --tree_variant_chains --tree_tiles=64:4:64:evict_first=1"
   rows $O/evict/tree.log
   git apply -R benchmarks/results/commands_next/evict_first.patch
+  ;;
+body)  # TileConfig.body_rows: the serial path's body folded in products, against the table
+  run body M2V_STAGES="gpu_tests prefill" M2V_GPU_TESTS_K="body_rows" M2V_LIMIT_GPU_TESTS=150 \
+    M2V_LIMIT_PREFILL=300 M2V_BENCH_ARGS="--lengths=37,72,136,264,512 \
+--prefill_cases=serial,chunked --serial_tiles=64:4:64:body_rows=8,64:4:64:body_rows=16,\
+64:4:64:body_rows=32"
+  grep -E "passed|failed" $O/body/gpu_tests.log | tail -2
+  rows $O/body/prefill.log
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
