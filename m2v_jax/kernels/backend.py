@@ -180,7 +180,8 @@ class Products:
 
   def _dot(self, a, b, dims, split, acc, held=jnp.float32):
     """acc + a . b over `dims`; `split` names the float32 operands ("a", "b"), exact in `held`;
-    parts summed small first as `sum + dot`, which Triton folds into the accumulator."""
+    parts summed small first as `sum + dot` (upstream Triton, offline, issues each pass with a
+    zero accumulator and adds it on its own)."""
     dn = (dims, ((), ()))
     held = jnp.dtype(held)
     add = lambda total, part: part if total is None else total + part
