@@ -821,8 +821,10 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
   scan, dense jnp SSD; then compact chunked prefill with and without a pending window.
   Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB. `kinds` picks
   the cases (serial, chunked, highest, reference, dense, compact); `serial_tiles` adds the
-  serial kernel at those verify tiles (`TileConfig.replace_from_text`) after it. Ratio:
-  over the first case."""
+  serial kernel at those verify tiles (`TileConfig.replace_from_text`), timed after the
+  other cases of each length (it needs the serial case). Ratio: over the first case."""
+  if serial_tiles and "serial" not in kinds:
+    raise ValueError("--serial_tiles: the prefill suite's cases must include serial")
   rows_out = []
   snap = _geom
   comp = snap.replace(replay_mode=config_lib.COMPACT)
@@ -836,11 +838,10 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
              "highest": lambda: mk(highest, chunked=True),
              "reference": lambda: mk(backend=config_lib.REFERENCE),
              "dense": lambda: mk(dense=True)}
-    if "serial" in kinds:
-      for v in serial_tiles:
-        tiles = tiles_lib.tile_config(snap, 1).replace_from_text(v)
-        cases[f"serial {v}"] = lambda tiles=tiles, v=v: mk(
-            tiles=tiles, name=f"snapshot B=1 R={R} row=0 serial {v}")
+    for v in serial_tiles:
+      tiles = tiles_lib.tile_config(snap, 1).replace_from_text(v)
+      cases[f"serial {v}"] = lambda tiles=tiles, v=v: mk(
+          tiles=tiles, name=f"snapshot B=1 R={R} row=0 serial {v}")
     if snap.prefill_precision_for(dtype) == config_lib.HIGHEST:
       del cases["highest"]                                   # the default is "highest"
     cases = [make() for name, make in cases.items() if name.split()[0] in kinds]

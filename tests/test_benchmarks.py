@@ -54,3 +54,18 @@ def test_tree_suite_times_trees_beside_chains(tmp_path):
                    for R, tree in [(8, ""), (8, " tree"), (8, " tree=bfs"), (16, ""),
                                    (16, " tree"), (16, " tree=bfs"), (16, " tree"),
                                    (16, " tree=bfs")]], names
+
+
+def test_prefill_suite_times_serial_tile_variants(tmp_path):
+  out = tmp_path / "bench.json"
+  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=prefill",
+            "--lengths=12", "--prefill_cases=serial", "--serial_tiles=8:1:16:body_rows=8",
+            "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2", f"--out={out}")
+  assert res.returncode == 0, res.stderr[-2000:]
+  names = [r["name"] for r in json.loads(out.read_text())["prefill"]]
+  assert names == ["snapshot B=1 R=12 row=0 reference",
+                   "snapshot B=1 R=12 row=0 serial 8:1:16:body_rows=8"], names
+  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=prefill",
+            "--lengths=12", "--prefill_cases=chunked", "--serial_tiles=8:1:16:body_rows=8",
+            "--copy_mib=16", f"--out={out}")
+  assert res.returncode != 0 and "must include serial" in res.stderr, res.stderr[-2000:]

@@ -524,10 +524,11 @@ class TestPrefillInterpret(PrefillChecks):
 @pytest.mark.parametrize("backend", ["interpret", pytest.param("pallas", marks=pytest.mark.gpu)])
 def test_body_rows_fold_each_body_segment_in_one_product(backend):
   """`TileConfig.body_rows`: a call longer than the capacity on the verify kernels folds its
-  body in segments of that many rows, one product each. Modes bitwise equal (y and committed
-  states at three accepted rows), gated and not, full and partial segments (R=37 and 45 at
-  capacity 8: bodies of 29 and 37 rows); within float32 rounding of row by row and of the
-  reference; then R=8 verify calls continue from it. Bad values raise."""
+  body in segments of that many rows, one product each. It starts from the state an R=8
+  verify call left (compact folds that call's accepted rows first); modes bitwise equal (y
+  and committed states at three accepted rows), gated and not, full and partial segments
+  (R=37 and 45 at capacity 8: bodies of 29 and 37 rows); within float32 rounding of row by
+  row and of the reference; then R=8 verify calls continue from it. Bad values raise."""
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
   snap = small_cfg(capacity=8)
   comp = snap.replace(replay_mode="compact")
@@ -535,12 +536,16 @@ def test_body_rows_fold_each_body_segment_in_one_product(backend):
   rng = np.random.default_rng(5)
   B = 3
   base = m.tile_config(snap, B)
+  xbc, dt = inputs(snap, B, 8, jnp.float32, rng=rng)
+  first = status.call_args(xbc, dt, np.zeros(B, np.int32))
+  start = {c.replay_mode: kern(c, backend, p, m.init_state(c, B, jnp.float32), first, base)[1]
+           for c in (snap, comp)}
   for R, body_rows, gated in ((37, 8, False), (45, 16, True), (37, 32, False)):
     tiles = dataclasses.replace(base, body_rows=body_rows)
     xbc, dt = inputs(snap, B, R, jnp.float32, rng=rng)
     z = jnp.asarray(rng.normal(size=(B, R, snap.d_inner)), jnp.float32) if gated else None
-    args = status.call_args(xbc, dt, np.zeros(B, np.int32), z)
-    out = {c.replay_mode: kern(c, backend, p, m.init_state(c, B, jnp.float32), args, tiles)
+    args = status.call_args(xbc, dt, np.array([3, 7, 0], np.int32), z)
+    out = {c.replay_mode: kern(c, backend, p, start[c.replay_mode], args, tiles)
            for c in (snap, comp)}
     what = f"R={R} body_rows={body_rows}"
     assert_bitwise(out["snapshot"][0], out["compact"][0], f"y, {what}")
@@ -548,8 +553,8 @@ def test_body_rows_fold_each_body_segment_in_one_product(backend):
     committed = [m.committed_state(c, p, out[c.replay_mode][1], rows, backend=backend)
                  for c in (snap, comp)]
     assert_bitwise(committed[0][0], committed[1][0], f"committed ssm, {what}")
-    y_rows, st_rows = kern(snap, backend, p, m.init_state(snap, B, jnp.float32), args, base)
-    y_ref, st_ref = reference.snapshot_call(snap, p, m.init_state(snap, B, jnp.float32), args)
+    y_rows, st_rows = kern(snap, backend, p, start["snapshot"], args, base)
+    y_ref, st_ref = reference.snapshot_call(snap, p, start["snapshot"], args)
     for y_want, st_want, of in ((y_rows, st_rows, "row by row"), (y_ref, st_ref, "reference")):
       assert_close(out["snapshot"][0], y_want, 1e-5, f"y against {of}, {what}")
       assert_close(out["snapshot"][1].ssm, st_want.ssm, 1e-5, f"ssm against {of}, {what}")

@@ -83,7 +83,9 @@ class Plan:
   @property
   def RT(self) -> int:
     """Rows of the post-conv scratch, so every segment tile is in bounds."""
-    return self.body + max(self.KT, self.KB if self.body else 0)
+    if not self.body:
+      return self.KT
+    return max(self.body + self.KT, -(-self.body // self.KB) * self.KB)
 
   @property
   def block_c(self) -> int:

@@ -101,7 +101,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
   def segment_y(S, t0, L, tiles=None, held=f32, whole=False):
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated.
-    `whole`: the tiles' rows are all in the call (a full body segment), stored as one tile."""
+    `whole`: the tiles' K rows are the segment's L (a full body segment), stored as one tile."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     K = x.shape[0]
     ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
@@ -118,7 +118,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     if whole and not plan.has_z:
       y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
-    if whole and body:                 # a full body segment, gated
+    if whole:                          # a full body segment, gated
       yz = rowmath.gate(y.T, z_ref[b, pl.ds(t0, K), xcols].astype(f32))
       y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[:, None], yz, 0.0).astype(y_ref.dtype)
       return
