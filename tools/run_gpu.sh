@@ -24,8 +24,9 @@
 #                (default small: 8 heads of Bolt's head shape, the same tiles)
 #   ncu          ncu --clock-control none, a short metric list, on the conv and SSM kernels of
 #                tools/profile_call.py (M2V_NCU_MODES, default compact and snapshot; B=32, R=8,
-#                mixed rows; M2V_PROFILE_ARGS adds flags, e.g. --window=32); it profiles
-#                launches M2V_NCU_SKIP + 1 .. + M2V_NCU_COUNT (default 2 and 2: a call's two)
+#                mixed rows; M2V_PROFILE_ARGS adds flags, e.g. --window=32); it skips
+#                M2V_NCU_SKIP launches, then profiles M2V_NCU_COUNT (default 2 and 2: skips
+#                the warm-up call's two launches, profiles the timed call's two)
 #   ncu_chunk    the same metrics on the chunked prefill's kernels (B=1, R=4096, bf16)
 # M2V_LIMIT_<STAGE> caps a stage's seconds; M2V_GPU_TESTS_K filters the GPU tests (pytest -k);
 # M2V_BENCH_ARGS adds flags to every benchmark stage; M2V_TEST_WORKERS sets pytest workers;

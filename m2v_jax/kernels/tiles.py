@@ -94,7 +94,6 @@ class TileConfig:
     for name in ("tree_cache", "tree_order", "tree_y_after"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"TileConfig.{name}: expected 0 or 1, got {getattr(self, name)}")
-
     if self.body_rows and (self.body_rows < 8 or self.body_rows & (self.body_rows - 1)):
       raise ValueError(f"TileConfig.body_rows: expected 0 or a power of two >= 8, got "
                        f"{self.body_rows}")
