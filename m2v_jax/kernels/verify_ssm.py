@@ -99,23 +99,26 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     dtv = dtr_ref[rows + (h,)]
     return x, bm, cm, dtv, [dtr_ref[b, t0 + k, h] for k in range(0 if plan.tree else L)]
 
+  def segment_live(t0, L, K):
+    """[K] bool: the tile's rows that are among the segment's L and before num_rows."""
+    ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
+    return (ks < L) & (t0 + ks < n)
+
+  def segment_cum(t0, dts, K):
+    """[K]: `dual.log_decay` of the segment's dt·A (0 past num_rows)."""
+    return dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], K)
+
   def segment_y(S, t0, L, tiles=None, held=f32, whole=False):
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated.
     `whole`: the tiles' K rows are the segment's L (a full body segment), stored as one tile."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
-    K = x.shape[0]
-    ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
-    live = (ks < L) & (t0 + ks < n)
+    K, live = x.shape[0], segment_live(t0, L, x.shape[0])
     if plan.tree:                      # t0 == 0: the conv launch's path sums
       anc, cum = dual.ancestors(bits_ref[b, pl.ds(0, KT)], KT), cum_ref[b, pl.ds(0, KT), h]
     else:
-      a_rows = [jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)]
-      anc, cum = None, dual.log_decay(a_rows, K)
+      anc, cum = None, segment_cum(t0, dts, K)
     y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, K]
-    if not body and R == KT and not plan.has_z:
-      y_ref[b, pl.ds(0, KT), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
-      return
-    if whole and not plan.has_z:
+    if (whole or (not body and R == KT)) and not plan.has_z:
       y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
       return
     if whole:                          # a full body segment, gated
@@ -138,10 +141,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     running sum of dt·A over the rows (`dual.log_decay`) and c its last entry."""
     x, bm, _, dtv, dts = tiles
     K = x.shape[0]
-    ks = lax.broadcasted_iota(jnp.int32, (K,), 0)
-    live = (ks < L) & (t0 + ks < n)
-    cum = dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], K)
-    c = jnp.sum(jnp.where(ks == L - 1, cum, 0.0))
+    live, cum = segment_live(t0, L, K), segment_cum(t0, dts, K)
+    c = jnp.sum(jnp.where(lax.broadcasted_iota(jnp.int32, (K,), 0) == L - 1, cum, 0.0))
     w = jnp.where(live, dtv * jnp.exp(c - cum), 0.0)                    # [K]
     xw = jnp.where(live[:, None], x, 0.0) * w[:, None]                  # [K, BP]
     bk = [jnp.where(live[:, None], v, 0.0) for v in bm]                 # [K, NC]
