@@ -13,18 +13,9 @@
 #   ylaunch: tree_y_launch's y launch in P tiles of 16, 32 and 64 rows, timed against one
 #          launch, ncu of 16 and 32, and the compiled test that holds the variants bitwise
 #          to one launch (~7 min).
-#   suite: the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
+#   (the whole GPU suite: session37.sh suite)
 set -u
-O=${OUT:-/tmp/out}; mkdir -p $O
-run() {  # run FOLDER VAR=VALUE...: tools/run_gpu.sh with those settings, its output in FOLDER
-  local dir=$O/$1; shift
-  env "$@" OUT=$dir bash tools/run_gpu.sh > $dir.txt 2>&1
-  echo "$dir: exit $?"
-}
-rows() {  # the benchmark rows of a run's log, the table's tile fields left out
-  grep -hE "^\| (snap|comp)|rror" $1 | sort -u \
-    | sed 's/num_warps=4 num_stages=1 n_cols=64 block_c=128 prep_warps=4 //' | cut -c1-220
-}
+source "$(dirname "$0")/lib.sh"
 copies() {  # the copies in the compiled HLO of a B=32, R=16 snapshot tree call with tree_y_launch
   PYTHONPATH=$PWD timeout 120 python3 - > $1 2>&1 <<'PY'
 import re
@@ -78,9 +69,5 @@ ylaunch)  # the y launch's P tile: the three against one launch, then ncu of 16 
   done
   run ytest M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="refolded_or_reloaded" M2V_LIMIT_GPU_TESTS=180
   grep -E "passed|failed|FAILED|Error" $O/ytest.txt | tail -5
-  ;;
-suite)
-  run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
-  grep -E "passed|failed|FAILED|ERROR|=== gpu|s call" $O/suite.txt | tail -25
   ;;
 esac
