@@ -11,10 +11,16 @@
 #   body:   `TileConfig.body_rows` (the serial path's body folded one product a segment of 8,
 #           16 or 32 rows) against the table and the chunked path at R=37..512, B=1, bf16,
 #           and its compiled test (~6 min).
+#   first:  goal on an H200, body on any other card.
 #   suite:  the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 source "$(dirname "$0")/lib.sh"
-case "${1:-goal}" in
+CASE=${1:-goal}
+if [ "$CASE" = first ]; then  # goal on an H200, body on any other card
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && CASE=goal || CASE=body
+  echo "first: $CASE"
+fi
+case "$CASE" in
 goal)
   run goal M2V_STAGES=tree M2V_LIMIT_TREE=230 \
     M2V_BENCH_ARGS="--batches=32 --tree_shapes=uniform,bfs"
