@@ -32,8 +32,8 @@ from m2v_jax.status import CallArgs
 f32 = jnp.float32
 
 # Body rows from which `prefill` takes the chunked path by default (BENCHMARKS.md, "Prefill").
-MIN_CHUNKED_ROWS = 64
-MIN_CHUNKED_ROWS_BF16 = 40
+MIN_CHUNKED_ROWS = 160
+MIN_CHUNKED_ROWS_BF16 = 160
 
 
 _UNSUPPORTED = ("the chunked scan needs a power-of-two divisor of headdim >= 16 and dstate "

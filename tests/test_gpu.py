@@ -131,6 +131,8 @@ def test_bolt_compact_snapshot_bitwise(B):
   pair.accept(pair.random_rows())
   pair.call(37)          # prefill while a window is pending (a 29-row body: serial)
   pair.accept([7] * B)
+  pair.call(80)          # a 72-row body: two 32-row products and a partial one (serial)
+  pair.accept([2] * B)
   pair.call(1)
   pair.accept([0] * B)
   pair.call(200)         # a chunked prefill (192-row body: 3 chunks) from a pending window

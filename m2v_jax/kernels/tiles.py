@@ -65,7 +65,8 @@ class TileConfig:
       its kept ones in segments of this many rows (a power of two >= 8), each folded in
       one product from the segment's start state (the SSD dual form, as y), in both modes;
       0: segments of capacity rows, folded row by row. The two agree to float32 rounding,
-      not bit for bit.
+      not bit for bit. 32 by default: at Bolt on the H200 (B=1) it took 0.83x, 0.64x and
+      0.57x the row-by-row body's time at R=37, 72 and 136 (BENCHMARKS.md, "Prefill").
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute
@@ -83,7 +84,7 @@ class TileConfig:
   tree_cache: int = 0
   tree_order: int = 1
   tree_y_after: int = 0
-  body_rows: int = 0
+  body_rows: int = 32
 
   def __post_init__(self):
     _check_powers_of_two(self, ("block_p", "num_warps", "block_c", "prep_warps", "n_cols"))

@@ -51,6 +51,16 @@ body)  # TileConfig.body_rows: the serial path's body folded in products, agains
   grep -E "passed|failed" $O/body/gpu_tests.log | tail -2
   rows $O/body/prefill.log
   ;;
+body2)  # body_rows 32 (the default now) and 64 at other tiles, the f32 chunked path, ncu at R=37
+  run body2 M2V_STAGES=prefill M2V_LIMIT_PREFILL=260 M2V_BENCH_ARGS="--lengths=37,72,136,200,264,512 \
+--prefill_cases=serial,chunked,highest --serial_tiles=64:4:64:body_rows=0,64:4:64:body_rows=64,\
+64:8:64:body_rows=32,64:8:64:body_rows=64,32:4:64:body_rows=32"
+  rows $O/body2/prefill.log
+  run ncu37 M2V_STAGES=ncu M2V_NCU_MODES=snapshot M2V_LIMIT_NCU_SNAPSHOT=120 \
+    M2V_PROFILE_ARGS="--batch=1 --rows=37 --prefill --nochunked"
+  grep -E "m2v_|gpu__time|inst_exec|registers_per|warps_active|issue_active|dram__" \
+    $O/ncu37/ncu_snapshot.log | head -40
+  ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-560}
   grep -E "passed|failed|FAILED|ERROR|=== gpu|s call" $O/suite.txt | tail -25
