@@ -31,8 +31,11 @@ from m2v_jax.status import CallArgs
 
 f32 = jnp.float32
 
-# Body rows from which `prefill` takes the chunked path by default (BENCHMARKS.md, "Prefill").
-MIN_CHUNKED_ROWS = 160
+# Body rows from which `prefill` takes the chunked path by default: the ties at B=1 of the
+# verify kernels' body (32-row products) with the chunked scan at "highest" products and at
+# bf16 ones (BENCHMARKS.md, "Prefill: short prompts in 32-row products"). tf32 shares the
+# "highest" figure (not measured on its own).
+MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 160
 
 
