@@ -41,6 +41,7 @@ flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_s
                     "any TileConfig field as :name=value, instead of the table's")
 
 
+flags.DEFINE_bool("z", False, "gated calls: z given (random, the activation dtype)")
 flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
 flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
                   "launches, the body in segments of capacity rows)")
@@ -67,6 +68,7 @@ def main(argv):
   state = m.init_state(cfg, B, dtype, state_dtype=FLAGS.state_dtype)
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
+  z = jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype) if FLAGS.z else None
   rows = jnp.asarray(np.arange(B) % R if FLAGS.state_row is None     # mixed acceptance
                      else np.full(B, FLAGS.state_row), jnp.int32)
   tiles = m.tile_config(cfg, B)
@@ -77,7 +79,8 @@ def main(argv):
     cfg = cfg.replace(prefill_precision=FLAGS.precision)
     ct = m.ChunkTiles(*map(int, FLAGS.chunk_tiles.split(":"))) if FLAGS.chunk_tiles else None
     step = jax.jit(lambda s: m.prefill(cfg, params, s, xbc, dt, jnp.zeros((B,), jnp.int32),
-                                       chunked=FLAGS.chunked, chunk_tiles=ct), donate_argnums=0)
+                                       z=z, chunked=FLAGS.chunked, chunk_tiles=ct),
+                   donate_argnums=0)
     for _ in range(FLAGS.calls + 1):
       y, state = step(state)
     jax.block_until_ready((y, state))
@@ -91,7 +94,7 @@ def main(argv):
     parents = jnp.asarray(par)
   # The index arrays are arguments (closed over, XLA rebuilds them with a kernel each call).
   step = jax.jit(lambda s, r, ci, nr, par: dispatch.kernel_call(
-      cfg, backend, params, s, status.call_args(xbc, dt, r, None, ci, nr), tiles,
+      cfg, backend, params, s, status.call_args(xbc, dt, r, z, ci, nr), tiles,
       parents=par), donate_argnums=0)
   _, state = step(state, jnp.zeros((B,), jnp.int32), ci, nr, parents)   # warm-up
   for _ in range(FLAGS.calls):

@@ -46,11 +46,13 @@ def _define_flags():
                       "them (default: the table's)")
   flags.DEFINE_bool("tree", False, "a draft tree's verify call (`parents`)")
   flags.DEFINE_integer("capacity", None, "capacity (default: Bolt's, 8)")
+  flags.DEFINE_bool("z", False, "a gated call (z given)")
 
 
-def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None, tree=False):
+def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None, tree=False,
+                    z=False):
   """`backend.triton_kernels` of one verify / prefill call of `cfg` (verify `tiles`: a
-  `TileConfig`, default the table's; `tree`: a draft tree's verify call)."""
+  `TileConfig`, default the table's; `tree`: a draft tree's verify call; `z`: gated)."""
   def f(p, s, a, *par):
     if (tiles is not None or tree) and not chunked:
       return dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles,
@@ -59,7 +61,7 @@ def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None, tr
                          ragged=False)
 
   par = (jax.ShapeDtypeStruct((B, R), jnp.int32),) if tree else ()
-  return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, dtype=dtype), *par,
+  return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, z=z, dtype=dtype), *par,
                                 donate_argnums=(1,))
 
 
@@ -98,7 +100,7 @@ def main(argv):
     tiles = tiles_lib.tile_config(cfg, FLAGS.batch).replace_from_text(FLAGS.tiles)
   for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
                                                    FLAGS.chunked, tiles=tiles,
-                                                   tree=FLAGS.tree).items():
+                                                   tree=FLAGS.tree, z=FLAGS.z).items():
     path = os.path.join(FLAGS.out, name + ".ttir")
     with open(path, "w") as fh:
       fh.write(ir)

@@ -85,7 +85,7 @@ class Plan:
     """Rows of the post-conv scratch, so every segment tile is in bounds."""
     if not self.body:
       return self.KT
-    return max(self.body + self.KT, -(-self.body // self.KB) * self.KB)
+    return max(self.body + self.KT, self.KB)      # a partial body segment runs first
 
   @property
   def block_c(self) -> int:

@@ -110,7 +110,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
   def segment_y(S, t0, L, tiles=None, held=f32, whole=False):
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated.
-    `whole`: the tiles' K rows are the segment's L (a full body segment), stored as one tile."""
+    `whole`: the tiles' K rows are the segment's L (a full body segment). y is stored as one
+    tile where the tile's rows lie within the call (rows past the segment's L masked off),
+    else row by row."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     K, live = x.shape[0], segment_live(t0, L, x.shape[0])
     if plan.tree:                      # t0 == 0: the conv launch's path sums
@@ -118,12 +120,17 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     else:
       anc, cum = None, segment_cum(t0, dts, K)
     y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, K]
-    if (whole or (not body and R == KT)) and not plan.has_z:
-      y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[None, :], y, 0.0).T.astype(y_ref.dtype)
-      return
-    if whole:                          # a full body segment, gated
-      yz = rowmath.gate(y.T, z_ref[b, pl.ds(t0, K), xcols].astype(f32))
-      y_ref[b, pl.ds(t0, K), xcols] = jnp.where(live[:, None], yz, 0.0).astype(y_ref.dtype)
+    if whole or (isinstance(t0, int) and t0 + K <= R):
+      at = (b, pl.ds(t0, K), xcols)
+      yt = y.T                                                            # [K, BP]
+      if plan.has_z:
+        yt = rowmath.gate(yt, z_ref[at].astype(f32))
+      yt = jnp.where(live[:, None], yt, 0.0).astype(y_ref.dtype)
+      if whole or L == K:
+        y_ref[at] = yt
+      else:                            # the tile's rows past L belong to the next segment
+        ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
+        backend.store(y_ref.at[at], yt, (ks < L)[:, None])
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, K), 1)
 
@@ -319,10 +326,14 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         segment_y(S, t0, L, tiles, whole=L == seg)
         return fold_segment(S, t0, L, tiles)
 
+      rem = body % seg                 # a partial segment: last, or first where its tile
+      lead = rem if full * seg + (seg if plan.tiles.body_rows else KT) > R else 0  # passes R
+      if lead:
+        S = body_segment(0, lead, S)
       if full:
-        S = lax.fori_loop(0, full, lambda j, S: body_segment(j * seg, seg, S), S)
-      if body % seg:
-        S = body_segment(full * seg, body % seg, S)
+        S = lax.fori_loop(0, full, lambda j, S: body_segment(lead + j * seg, seg, S), S)
+      if rem and not lead:
+        S = body_segment(full * seg, rem, S)
       S = rounded(S)
       if plan.compact:
         store_state(S)
