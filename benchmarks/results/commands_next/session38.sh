@@ -4,8 +4,9 @@
 #   slot:   commands_next/slot_rates.py: the snapshot slot stream alone (one state read, 16 or 8
 #           written, B=32) by XLA and Pallas against the copy floor (~2 min).
 #   ystore: the y tile stores (y_tile_store.patch, landed in session 37) against a copy of the
-#           package with the patch reversed, in turn twice: B=1 serial prefills at R=37..136,
-#           then ncu of gated R=8 verify calls at B=32 in both modes (~6 min).
+#           package with the patch reversed, in turn twice: B=1 serial prefills at R=37..136;
+#           B=1 tiles (32-row P tiles, 64-channel conv programs); then ncu of gated R=8
+#           verify calls at B=32 in both modes (~7 min).
 #   evict:  the snapshot slot stores with an L2 evict-first hint (evict_first.patch, applied
 #           here), chains and trees at B=32, R=16 (~3 min).
 #   stages: the chunked prefill's bf16 fused pass with state_stages 3 against the table's 2.
@@ -29,11 +30,17 @@ ystore)
     for tree in "$PWD" /tmp/m2v_old; do
       tag=$( [ "$tree" = "$PWD" ] && echo new || echo old )
       (cd $tree && PYTHONPATH=$tree timeout -k 5 100 python3 benchmarks/bench.py --suites=prefill \
-        --lengths=37,50,72,100,136 --prefill_cases=serial --serial_tiles=32:4:64 \
+        --lengths=37,50,100,136 --prefill_cases=serial \
         --out=$O/prefill_${tag}_$turn.json > $O/prefill_${tag}_$turn.log 2>&1)
       echo "$tag $turn"; grep -hE "^\| snap" $O/prefill_${tag}_$turn.log | cut -c1-90
     done
   done
+  # B=1 tiles on the new code: two SSM programs a head, and conv programs of 64 channels
+  PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill \
+    --lengths=37,136 --prefill_cases=serial \
+    --serial_tiles=32:4:64,64:4:64:block_c=64,32:4:64:block_c=64 \
+    --out=$O/prefill_tiles.json > $O/prefill_tiles.log 2>&1
+  grep -hE "^\| snap" $O/prefill_tiles.log | cut -c1-150
   for tree in "$PWD" /tmp/m2v_old; do
     tag=$( [ "$tree" = "$PWD" ] && echo new || echo old )
     for mode in compact snapshot; do
