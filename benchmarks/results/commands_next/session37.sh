@@ -1,17 +1,14 @@
 #!/bin/bash
-# For the next session, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session37.sh CALL
+# Session 37's device calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session37.sh CALL
 # Stages of tools/run_gpu.sh (or bench.py), each in its own folder under $OUT.
 #   goal:   on an H200 (the tree issue's goals are stated for it): the tree suite at B=32 in
 #           both modes, uniform and breadth-first trees, then tree_y_after=1 against the
 #           table (~6 min). The root's row peel has not yet been timed on an H200.
-#   stages: the chunked prefill's bf16 fused pass with state_stages 3 against the table's 2
-#           at R=4096, B=1, interleaved (0.97x the time on an H100, session 36) (~3 min).
-#   evict:  the snapshot slot stores with an L2 evict-first hint (evict_first.patch), chains
-#           and trees at B=32, R=16 (~3 min). Predicted 0.98-1.03x the table's speed.
 #   body:   `TileConfig.body_rows` (the serial path's body folded one product a segment of 8,
 #           16 or 32 rows) against the table and the chunked path at R=37..512, B=1, bf16,
 #           and its compiled test (~6 min).
 #   first:  goal on an H200, body on any other card.
+#   (Its stages and evict cases moved to session38.sh.)
 #   suite:  the whole GPU suite with 16 workers and 560 s (the call's limit is 600).
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -28,20 +25,6 @@ goal)
   run y_after M2V_STAGES=tree M2V_LIMIT_TREE=150 M2V_BENCH_ARGS="--tree_modes=snapshot \
 --batches=32 --tree_sizes=16 --tree_tiles=64:4:64:tree_y_after=1"
   rows $O/y_after/tree.log
-  ;;
-stages)
-  V=128:64:4:1:64:4:16:2:4:1:1:32:256:4:64:1,128:64:4:1:64:4:16:3:4:1:1:32:256:4:64:1
-  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 200 python3 \
-    benchmarks/bench.py --suites=chunk_sweep --chunk_variants=$V --out=$O/chunk_sweep.json \
-    > $O/chunk_sweep.txt 2>&1
-  rows $O/chunk_sweep.txt
-  ;;
-evict)  # the slot stores' L2 evict-first hint (evict_first.patch, applied here) (~3 min)
-  git apply benchmarks/results/commands_next/evict_first.patch || exit 1
-  run evict M2V_STAGES=tree M2V_LIMIT_TREE=170 M2V_BENCH_ARGS="--tree_modes=snapshot \
---batches=32 --tree_sizes=16 --tree_variant_chains --tree_tiles=64:4:64:evict_first=1"
-  rows $O/evict/tree.log
-  git apply -R benchmarks/results/commands_next/evict_first.patch
   ;;
 body)  # TileConfig.body_rows: the serial path's body folded in products, against the table
   run body M2V_STAGES="gpu_tests prefill" M2V_GPU_TESTS_K="body_rows" M2V_LIMIT_GPU_TESTS=150 \
