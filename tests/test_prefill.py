@@ -569,3 +569,34 @@ def test_body_rows_fold_each_body_segment_in_one_product(backend):
   for bad in (4, 12):
     with pytest.raises(ValueError, match="body_rows: expected 0 or a power of two >= 8"):
       dataclasses.replace(base, body_rows=bad)
+
+
+@pytest.mark.parametrize("capacity,body_rows,R,gated", [(5, 0, 17, True), (12, 32, 60, False),
+                                                        (8, 32, 20, True), (5, 32, 45, True)])
+def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
+  """Long calls on the verify kernels at segment layouts the Bolt tests do not reach: a
+  capacity below its tile rows (KT=8 > 5: the kept rows' y stored row by row), row-by-row
+  bodies (`body_rows=0`), a partial body segment run first (capacity 12, R=60: 16 + 32 rows)
+  and a short body in one 16-row product (R=20); against the reference within float32
+  rounding, modes bitwise, rows past `num_rows` zero."""
+  kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
+  snap = small_cfg(capacity=capacity)
+  comp = snap.replace(replay_mode="compact")
+  p = m.random_params(snap, 7)
+  rng = np.random.default_rng(7)
+  B = 2
+  tiles = dataclasses.replace(m.tile_config(snap, B), body_rows=body_rows)
+  xbc, dt = inputs(snap, B, R, jnp.float32, rng=rng)
+  z = jnp.asarray(rng.normal(size=(B, R, snap.d_inner)), jnp.float32) if gated else None
+  args = status.call_args(xbc, dt, np.zeros(B, np.int32), z, num_rows=np.array([R, R - 3]))
+  out = {c.replay_mode: kern(c, "interpret", p, m.init_state(c, B, jnp.float32), args, tiles)
+         for c in (snap, comp)}
+  what = f"capacity={capacity} body_rows={body_rows} R={R}"
+  assert_bitwise(out["snapshot"][0], out["compact"][0], f"y, {what}")
+  y_ref, st_ref = reference.snapshot_call(snap, p, m.init_state(snap, B, jnp.float32), args)
+  assert_close(out["snapshot"][0], y_ref, 1e-5, f"y against the reference, {what}")
+  assert_close(out["snapshot"][1].ssm, st_ref.ssm, 1e-5, f"ssm against the reference, {what}")
+  assert not np.any(np.asarray(out["snapshot"][0])[1, R - 3:]), f"rows past num_rows, {what}"
+  committed = [m.committed_state(c, p, out[c.replay_mode][1], [capacity - 1, capacity - 4],
+                                 backend="interpret")[0] for c in (snap, comp)]
+  assert_bitwise(committed[0], committed[1], f"committed ssm, {what}")

@@ -322,9 +322,10 @@ class SnapshotChecks:
     assert spec_error(got[:, None], s64[:, 5:6], cfg) < 2e-6
 
   def test_serial_prefill_body_segments_within_the_float32_bound(self):
-    """A serial prefill of 133 rows, gated (its body: 15 segments of 8 rows and one of 5, y of
-    each in the dual form, the state advanced row by row): y and the state after the last row
-    against the float64 recurrence within the contract's 2e-6, and the modes bitwise."""
+    """A serial prefill of 133 rows, gated (its body of 125 rows: three 32-row segments and a
+    partial one of 29, y of each in the dual form and the state folded in one product each):
+    y and the state after the last row against the float64 recurrence within the contract's
+    2e-6, and the modes bitwise."""
     R, B = 133, 2
     snap = small_cfg(dstate=32)
     p = m.random_params(snap, 29)

@@ -44,7 +44,7 @@ flags.DEFINE_string("tiles", None, "verify tiles block_p:num_warps:n_cols[:num_s
 flags.DEFINE_bool("z", False, "gated calls: z given (random, the activation dtype)")
 flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
 flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
-                  "launches, the body in segments of capacity rows)")
+                  "launches, the body in segments of TileConfig.body_rows rows)")
 flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles fields joined by ':' "
                     "instead of the table's")
 flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],

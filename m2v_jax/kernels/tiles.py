@@ -62,11 +62,13 @@ class TileConfig:
       from the root's state; y's tiles loaded then), 0: before them, as a chain's. The same
       bits either way.
     body_rows: a call of more than capacity rows on the verify kernels runs the rows before
-      its kept ones in segments of this many rows (a power of two >= 8), each folded in
-      one product from the segment's start state (the SSD dual form, as y), in both modes;
-      0: segments of capacity rows, folded row by row. The two agree to float32 rounding,
-      not bit for bit. 32 by default: at Bolt on the H200 (B=1) it took 0.83x, 0.64x and
-      0.57x the row-by-row body's time at R=37, 72 and 136 (BENCHMARKS.md, "Prefill").
+      its kept ones in segments of this many rows (a power of two >= 8; a shorter body in
+      segments of its rows rounded up to a power of two >= 8), each folded in one product
+      from the segment's start state (the SSD dual form, as y), in both modes; 0: segments
+      of capacity rows, folded row by row. The two agree to float32 rounding, not bit for
+      bit. 32 by default: at Bolt on the H200 (B=1) it took 0.83x, 0.64x and 0.57x the
+      row-by-row body's time at R=37, 72 and 136 (BENCHMARKS.md, "Prefill: short prompts
+      in 32-row products").
 
   Raises:
     ValueError: a size that is not a power of two, num_stages below 1, tree_recompute

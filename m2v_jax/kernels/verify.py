@@ -77,15 +77,19 @@ class Plan:
 
   @property
   def KB(self) -> int:
-    """Rows of a body segment: `TileConfig.body_rows`, else the capacity."""
-    return self.tiles.body_rows or self.cap
+    """Rows of a body segment: `TileConfig.body_rows` (at most the body rounded up to a power
+    of two >= 8, so a short body's one product takes no more rows than it has), else the
+    capacity."""
+    if not self.tiles.body_rows:
+      return self.cap
+    return min(self.tiles.body_rows, max(8, 1 << max(self.body - 1, 0).bit_length()))
 
   @property
   def RT(self) -> int:
     """Rows of the post-conv scratch, so every segment tile is in bounds."""
     if not self.body:
       return self.KT
-    return max(self.body + self.KT, self.KB)      # a partial body segment runs first
+    return max(self.body + self.KT, self.KB)      # KB: a first partial segment's tile
 
   @property
   def block_c(self) -> int:

@@ -126,11 +126,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       if plan.has_z:
         yt = rowmath.gate(yt, z_ref[at].astype(f32))
       yt = jnp.where(live[:, None], yt, 0.0).astype(y_ref.dtype)
-      if whole or L == K:
+      if L == K:
         y_ref[at] = yt
       else:                            # the tile's rows past L belong to the next segment
-        ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
-        backend.store(y_ref.at[at], yt, (ks < L)[:, None])
+        backend.store(y_ref.at[at], yt, (lax.broadcasted_iota(jnp.int32, (K, 1), 0) < L))
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, K), 1)
 
