@@ -4,12 +4,14 @@
 #   slot:   commands_next/slot_rates.py: the snapshot slot stream alone (one state read, 16 or 8
 #           written, B=32) by XLA and Pallas against the copy floor (~2 min).
 #   ystore: the y tile stores (y_tile_store.patch, landed in session 37) against a copy of the
-#           package with the patch reversed, in turn twice: B=1 serial prefills at R=37..136;
+#           package with the patch reversed, in turn twice: B=1 serial prefills at R=20..136;
 #           B=1 tiles (32-row P tiles, 64-channel conv programs); then ncu of gated R=8
 #           verify calls at B=32 in both modes (~7 min).
 #   evict:  the snapshot slot stores with an L2 evict-first hint (evict_first.patch, applied
 #           here), chains and trees at B=32, R=16 (~3 min).
 #   stages: the chunked prefill's bf16 fused pass with state_stages 3 against the table's 2.
+#   f32tie: float32 activations, the serial path against the chunked ("highest") one at
+#           R=72..512: where dispatch.MIN_CHUNKED_ROWS (400) should sit for them (~3 min).
 #   suite:  the whole GPU suite (16 workers, 540 s).
 set -u
 D=$(dirname "$0")
@@ -30,7 +32,7 @@ ystore)
     for tree in "$PWD" /tmp/m2v_old; do
       tag=$( [ "$tree" = "$PWD" ] && echo new || echo old )
       (cd $tree && PYTHONPATH=$tree timeout -k 5 100 python3 benchmarks/bench.py --suites=prefill \
-        --lengths=37,50,100,136 --prefill_cases=serial \
+        --lengths=20,37,50,100,136 --prefill_cases=serial \
         --out=$O/prefill_${tag}_$turn.json > $O/prefill_${tag}_$turn.log 2>&1)
       echo "$tag $turn"; grep -hE "^\| snap" $O/prefill_${tag}_$turn.log | cut -c1-90
     done
@@ -66,6 +68,12 @@ stages)
     benchmarks/bench.py --suites=chunk_sweep --chunk_variants=$V --out=$O/chunk_sweep.json \
     > $O/chunk_sweep.txt 2>&1
   rows $O/chunk_sweep.txt
+  ;;
+f32tie)  # float32 activations: the serial path against the chunked one ("highest" by default)
+  PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill --dtype=float32 \
+    --lengths=72,136,264,400,512 --prefill_cases=serial,chunked --out=$O/f32tie.json \
+    > $O/f32tie.log 2>&1
+  rows $O/f32tie.log
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
