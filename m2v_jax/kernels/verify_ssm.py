@@ -314,19 +314,18 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       return
 
     if body:
+      folded = bool(plan.tiles.body_rows)  # each segment folded in one product
       seg = plan.KB                    # rows a body segment
-      full = body // seg
+      tk = seg if folded else KT       # rows of its tiles
+      full, rem = divmod(body, seg)
 
       def body_segment(t0, L, S):
-        if not plan.tiles.body_rows:
-          segment_y(S, t0, L)
-          return new_rows(S, t0, L, None)
-        tiles = segment_tiles(t0, L, seg)
-        segment_y(S, t0, L, tiles, whole=L == seg)
-        return fold_segment(S, t0, L, tiles)
+        tiles = segment_tiles(t0, L, tk)
+        segment_y(S, t0, L, tiles, whole=folded and L == seg)
+        return fold_segment(S, t0, L, tiles) if folded else new_rows(S, t0, L, None)
 
-      rem = body % seg                 # a partial segment: last, or first where its tile
-      lead = rem if full * seg + (seg if plan.tiles.body_rows else KT) > R else 0  # passes R
+      # A partial segment runs last, or first where, run last, its tiles would pass row R.
+      lead = rem if full * seg + tk > R else 0
       if lead:
         S = body_segment(0, lead, S)
       if full:
