@@ -35,11 +35,14 @@ nbytes = B * (S + 1) * state_bytes
 scales = 1.0 + 1e-7 * jnp.arange(1, S + 1, dtype=jnp.float32)
 
 
-def pallas_slots(block_p, warps, evict):
+def pallas_slots(block_p, warps, evict, fill=False):
   def kernel(bank_ref, o_ref):
     pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     ps = pl.ds(pid_p * block_p, block_p)
-    st = bank_ref[b, b % S, h, ps, :]
+    if fill:                                   # no state read: the write stream alone
+      st = jnp.full((block_p, N), 1.0, jnp.float32) + b.astype(jnp.float32)
+    else:
+      st = bank_ref[b, b % S, h, ps, :]
     for s in range(S):
       st = st * (1.0 + 1e-7)
       if evict and not args.interpret:
@@ -52,7 +55,7 @@ def pallas_slots(block_p, warps, evict):
       out_shape=jax.ShapeDtypeStruct((B, S, H, P, N), jnp.float32),
       input_output_aliases={0: 0}, interpret=args.interpret,
       compiler_params=plt.CompilerParams(num_warps=warps, num_stages=1),
-      name=f"slots_p{block_p}_w{warps}_e{int(evict)}")
+      name=f"slots_p{block_p}_w{warps}_e{int(evict)}_f{int(fill)}")
 
 
 def xla_slots(bank):
@@ -60,9 +63,17 @@ def xla_slots(bank):
   return start[:, None] * scales[None, :, None, None, None]
 
 
+def xla_fill(bank):
+  """The S slots written with a value from one element: the write stream alone."""
+  return jnp.full(bank.shape, bank[0, 0, 0, 0, 0] * 1.0000001, bank.dtype)
+
+
 variants = {"xla": xla_slots}
 for bp, w, ev in [(64, 4, False), (64, 4, True), (64, 8, False), (32, 4, False)]:
   variants[f"pallas_p{bp}_w{w}" + ("_evict_first" if ev else "")] = pallas_slots(bp, w, ev)
+# Write-only variants: their bytes are S/(S+1) of the pass's; "of floor" keeps the pass's floor.
+variants["fill_xla"] = xla_fill
+variants["fill_pallas_p64_w4"] = pallas_slots(64, 4, False, fill=True)
 
 
 def looped(f):
