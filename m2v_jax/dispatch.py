@@ -32,11 +32,13 @@ from m2v_jax.status import CallArgs
 f32 = jnp.float32
 
 # Body rows from which `prefill` takes the chunked path by default: the ties at B=1 of the
-# verify kernels' body (32-row products) with the chunked scan at "highest" products and at
-# bf16 ones (BENCHMARKS.md, "Prefill: short prompts in 32-row products"). tf32 shares the
-# "highest" figure (not measured on its own).
+# verify kernels' body (32-row products) with the chunked scan (BENCHMARKS.md, "Prefill: short
+# prompts in 32-row products"): bf16 products; "highest" products on bf16 activations; and
+# float32 activations (not bf16 products), whose serial products take more passes. tf32 shares
+# the figure of its activations (not measured on its own).
 MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 160
+MIN_CHUNKED_ROWS_F32 = 40
 
 
 _UNSUPPORTED = ("the chunked scan needs a power-of-two divisor of headdim >= 16 and dstate "
@@ -55,7 +57,8 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
                 dtype=jnp.float32, ragged: bool = False) -> bool:
   """Whether a prefill of R rows runs its body through the chunked scan: `chunked` if given,
   else on the kernel backends for bodies of at least `MIN_CHUNKED_ROWS`
-  (`MIN_CHUNKED_ROWS_BF16` with bf16 products). A ragged prefill (`num_rows` with R >
+  (`MIN_CHUNKED_ROWS_BF16` with bf16 products, `MIN_CHUNKED_ROWS_F32` with float32
+  activations and other products). A ragged prefill (`num_rows` with R >
   capacity) must take it. Raises ValueError where the path asked for cannot run."""
   runs = chunk_scan.supported(cfg) or backend == config_lib.INTERPRET
   if chunked and not runs and backend == config_lib.PALLAS:
@@ -69,8 +72,13 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
                           f"does not take"))
     chunked = True
   if chunked is None:
-    bf16 = cfg.prefill_precision_for(dtype) == config_lib.BF16
-    chunked = runs and R - cfg.capacity >= (MIN_CHUNKED_ROWS_BF16 if bf16 else MIN_CHUNKED_ROWS)
+    if cfg.prefill_precision_for(dtype) == config_lib.BF16:
+      min_rows = MIN_CHUNKED_ROWS_BF16
+    elif jnp.dtype(dtype) == jnp.float32:
+      min_rows = MIN_CHUNKED_ROWS_F32
+    else:
+      min_rows = MIN_CHUNKED_ROWS
+    chunked = runs and R - cfg.capacity >= min_rows
   return bool(chunked) and R > cfg.capacity and backend != config_lib.REFERENCE
 
 
@@ -110,7 +118,7 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_s
   """The verify kernels' static `Plan` of a call of R rows (0: a fold) on `state`."""
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
-      conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or tiles_lib.tile_config(cfg, B),
+      conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or tiles_lib.tile_config(cfg, B, R),
       interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype),
       check_shared=check_shared, tree=tree)
 

@@ -451,17 +451,21 @@ def test_tile_config_from_text():
       base.replace_from_text(bad)
 
 
-def test_tile_table_keys_compact_b1_apart():
-  """Bolt compact at B=1 takes 32-row P tiles (the same n_cols, so the same bits); every other
-  batch and snapshot mode the table's entry."""
+def test_tile_table_keys_b1_apart():
+  """Bolt at B=1 takes 32-row P tiles (the same n_cols, so the same bits) in compact mode and,
+  in snapshot mode, for calls of more than capacity rows; every other batch and snapshot
+  verify the table's entry."""
   comp = m.BOLT.replace(replay_mode="compact")
   table = m.tile_config(m.BOLT)
-  assert m.tile_config(comp, 1) == m.TileConfig(block_p=32, num_warps=4, n_cols=table.n_cols)
-  assert m.tile_config(comp, 2) == m.tile_config(comp) == table
-  assert m.tile_config(m.BOLT, 1) == table
-  plan = dispatch.plan(comp, "pallas", m.init_state(comp, 1, jnp.bfloat16), 8, B=1,
-                       y_dtype=jnp.bfloat16)
-  assert plan.tiles.block_p == 32
+  b1 = m.TileConfig(block_p=32, num_warps=4, n_cols=table.n_cols)
+  assert m.tile_config(comp, 1) == m.tile_config(comp, 1, 8) == b1
+  assert m.tile_config(comp, 2) == m.tile_config(comp) == m.tile_config(comp, 2, 37) == table
+  assert m.tile_config(m.BOLT, 1) == m.tile_config(m.BOLT, 1, m.BOLT.capacity) == table
+  assert m.tile_config(m.BOLT, 1, m.BOLT.capacity + 1) == b1
+  for cfg, R, block_p in [(comp, 8, 32), (m.BOLT, 8, 64), (m.BOLT, 37, 32)]:
+    plan = dispatch.plan(cfg, "pallas", m.init_state(cfg, 1, jnp.bfloat16), R, B=1,
+                         y_dtype=jnp.bfloat16)
+    assert plan.tiles.block_p == block_p, (cfg.replay_mode, R)
 
 
 def test_pool_and_params_checks_are_cached_per_signature():

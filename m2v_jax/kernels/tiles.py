@@ -129,20 +129,23 @@ _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 
-# Compact mode at B=1 by (nheads, headdim, dstate): 32-row P tiles (two programs a head, about
-# two per SM) take 0.93x the table's device time (BENCHMARKS.md, loop suite 2026-12-04). The
-# same entry for Bolt split over 2 devices (not timed there).
-_B1_COMPACT_TABLE: dict[tuple[int, int, int], TileConfig] = {
+# B=1 by (nheads, headdim, dstate), for compact calls and for calls of more than capacity rows
+# (a prompt's body): 32-row P tiles, two programs a head, about two per SM. Compact verify
+# took 0.93x the table's device time (BENCHMARKS.md, loop suite 2026-12-04); a snapshot
+# prefill took 0.98x at R=37 and 0.92x at R=136 (H100, 2026-12-06). Snapshot verify at B=1
+# keeps the table's tiles. The same entry for Bolt split over 2 devices (not timed there).
+_B1_TABLE: dict[tuple[int, int, int], TileConfig] = {
     key: dataclasses.replace(_TILE_TABLE[key], block_p=32) for key in ((128, 64, 128),
                                                                        (64, 64, 128))}
 
 
-def tile_config(cfg: config_lib.Mamba2Config, batch: int | None = None) -> TileConfig:
-  """The verify tiles for `cfg` (and a call's `batch`, where a table entry depends on it):
-  its table entry, else a heuristic."""
+def tile_config(cfg: config_lib.Mamba2Config, batch: int | None = None,
+                rows: int | None = None) -> TileConfig:
+  """The verify tiles for `cfg`, a call's `batch` and `rows` (where a table entry depends on
+  them): its table entry, else a heuristic."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate)
-  if batch == 1 and cfg.compact and key in _B1_COMPACT_TABLE:
-    return _B1_COMPACT_TABLE[key]
+  if batch == 1 and key in _B1_TABLE and (cfg.compact or (rows or 0) > cfg.capacity):
+    return _B1_TABLE[key]
   if key in _TILE_TABLE:
     return _TILE_TABLE[key]
   block_p = pow2_divisor(cfg.headdim, 32)
@@ -214,14 +217,15 @@ _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
 _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=64,
-                                             block_p=64, fused_pass=1)
+                                             block_p=64, fused_pass=1, state_stages=3)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
     # Bolt, bf16 products: 128-row chunks, output programs of 64 rows, chunk states and
-    # state passing fused (P tiles of 64: smaller ones redo the decay weights per tile).
+    # state passing fused (P tiles of 64: smaller ones redo the decay weights per tile), its
+    # loads three stages deep (0.96x the time of two at R=4096, H100, 2026-12-06).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
