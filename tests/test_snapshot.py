@@ -453,19 +453,22 @@ def test_tile_config_from_text():
 
 def test_tile_table_keys_b1_apart():
   """Bolt at B=1 takes 32-row P tiles (the same n_cols, so the same bits) in compact mode and,
-  in snapshot mode, for calls of more than capacity rows; every other batch and snapshot
-  verify the table's entry."""
+  in snapshot mode, for calls of more than capacity rows with 16-bit activations; every other
+  batch, snapshot verify and float32 prefill the table's entry."""
   comp = m.BOLT.replace(replay_mode="compact")
   table = m.tile_config(m.BOLT)
   b1 = m.TileConfig(block_p=32, num_warps=4, n_cols=table.n_cols)
   assert m.tile_config(comp, 1) == m.tile_config(comp, 1, 8) == b1
   assert m.tile_config(comp, 2) == m.tile_config(comp) == m.tile_config(comp, 2, 37) == table
   assert m.tile_config(m.BOLT, 1) == m.tile_config(m.BOLT, 1, m.BOLT.capacity) == table
-  assert m.tile_config(m.BOLT, 1, m.BOLT.capacity + 1) == b1
-  for cfg, R, block_p in [(comp, 8, 32), (m.BOLT, 8, 64), (m.BOLT, 37, 32)]:
+  assert m.tile_config(m.BOLT, 1, m.BOLT.capacity + 1, jnp.bfloat16) == b1
+  assert m.tile_config(m.BOLT, 1, m.BOLT.capacity + 1, jnp.float32) == table
+  assert m.tile_config(m.BOLT, 1, m.BOLT.capacity + 1) == table
+  for cfg, R, dtype, block_p in [(comp, 8, jnp.bfloat16, 32), (m.BOLT, 8, jnp.bfloat16, 64),
+                                 (m.BOLT, 37, jnp.bfloat16, 32), (m.BOLT, 37, jnp.float32, 64)]:
     plan = dispatch.plan(cfg, "pallas", m.init_state(cfg, 1, jnp.bfloat16), R, B=1,
-                         y_dtype=jnp.bfloat16)
-    assert plan.tiles.block_p == block_p, (cfg.replay_mode, R)
+                         y_dtype=dtype)
+    assert plan.tiles.block_p == block_p, (cfg.replay_mode, R, dtype)
 
 
 def test_pool_and_params_checks_are_cached_per_signature():

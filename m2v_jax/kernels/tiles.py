@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
+
 from m2v_jax import config as config_lib
 
 
@@ -129,22 +131,24 @@ _TILE_TABLE: dict[tuple[int, int, int], TileConfig] = {
 _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 
 
-# B=1 by (nheads, headdim, dstate), for compact calls and for calls of more than capacity rows
-# (a prompt's body): 32-row P tiles, two programs a head, about two per SM. Compact verify
-# took 0.93x the table's device time (BENCHMARKS.md, loop suite 2026-12-04); a snapshot
-# prefill took 0.98x at R=37 and 0.92x at R=136 (H100, 2026-12-06). Snapshot verify at B=1
-# keeps the table's tiles. The same entry for Bolt split over 2 devices (not timed there).
+# B=1 by (nheads, headdim, dstate), for compact calls and for snapshot calls of more than
+# capacity rows (a prompt's body) with 16-bit activations: 32-row P tiles, two programs a
+# head, about two per SM. Compact verify took 0.93x the table's device time (BENCHMARKS.md,
+# loop suite 2026-12-04); a bf16 snapshot prefill 0.98x at R=37 and 0.92x at R=136, a float32
+# one 1.32x at R=56 (H100, 2026-12-06). Snapshot verify at B=1 keeps the table's tiles. The
+# same entry for Bolt split over 2 devices (not timed there).
 _B1_TABLE: dict[tuple[int, int, int], TileConfig] = {
     key: dataclasses.replace(_TILE_TABLE[key], block_p=32) for key in ((128, 64, 128),
                                                                        (64, 64, 128))}
 
 
 def tile_config(cfg: config_lib.Mamba2Config, batch: int | None = None,
-                rows: int | None = None) -> TileConfig:
-  """The verify tiles for `cfg`, a call's `batch` and `rows` (where a table entry depends on
-  them): its table entry, else a heuristic."""
+                rows: int | None = None, dtype=None) -> TileConfig:
+  """The verify tiles for `cfg`, a call's `batch`, `rows` and activation `dtype` (where a table
+  entry depends on them): its table entry, else a heuristic."""
   key = (cfg.nheads, cfg.headdim, cfg.dstate)
-  if batch == 1 and key in _B1_TABLE and (cfg.compact or (rows or 0) > cfg.capacity):
+  body16 = (rows or 0) > cfg.capacity and dtype is not None and jnp.dtype(dtype).itemsize == 2
+  if batch == 1 and key in _B1_TABLE and (cfg.compact or body16):
     return _B1_TABLE[key]
   if key in _TILE_TABLE:
     return _TILE_TABLE[key]
