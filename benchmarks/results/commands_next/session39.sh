@@ -1,0 +1,39 @@
+#!/bin/bash
+# For the next session, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session39.sh CALL
+# Each case writes under $OUT (lib.sh: `run`, `rows`). Predictions: ../session38/README.md ("Next").
+#   h200tree: on an H200 only (check nvidia-smi first): slot_rates.py at S=16 (the plain and
+#             the write-only streams against the copy floor), then the tree suite, snapshot,
+#             B=32, 16 nodes against 16-row chains, with tree_cache=1 and tree_recompute=0 as
+#             variants (~5 min).
+#   b1:       B=1 bf16 defaults (32-row P tiles at B=1 since session 38) at R=20,37,72,136,
+#             against the table's 64-row tiles, and float32 at R=20,37 on both tiles (~3 min).
+#   suite:    the whole GPU suite (16 workers, 540 s).
+set -u
+D=$(dirname "$0")
+source "$D/lib.sh"
+case "${1:-h200tree}" in
+h200tree)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  timeout -k 5 150 python3 $D/slot_rates.py --slots=16 --json=$O/slot_rates_s16.json \
+    > $O/slot_rates_s16.txt 2>&1
+  grep -v Warn $O/slot_rates_s16.txt | head -9
+  run tree M2V_STAGES=tree M2V_LIMIT_TREE=240 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16 --tree_variant_chains \
+--tree_tiles=64:4:64:tree_cache=1,64:4:64:tree_recompute=0"
+  rows $O/tree/tree.log
+  ;;
+b1)
+  PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill \
+    --lengths=20,37,72,136 --prefill_cases=serial --serial_tiles=64:4:64 \
+    --out=$O/b1_bf16.json > $O/b1_bf16.log 2>&1
+  grep -hE "^\| snap" $O/b1_bf16.log | cut -c1-150
+  PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill --dtype=float32 \
+    --lengths=20,37 --prefill_cases=serial --serial_tiles=32:4:64 \
+    --out=$O/b1_f32.json > $O/b1_f32.log 2>&1
+  grep -hE "^\| snap" $O/b1_f32.log | cut -c1-150
+  ;;
+suite)
+  run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
+  grep -E "passed|failed|FAILED|ERROR|=== gpu|s call" $O/suite.txt | tail -25
+  ;;
+esac
