@@ -33,9 +33,10 @@ f32 = jnp.float32
 
 # Body rows from which `prefill` takes the chunked path by default: the ties at B=1 of the
 # verify kernels' body (32-row products) with the chunked scan (BENCHMARKS.md, "Prefill: short
-# prompts in 32-row products"): bf16 products; "highest" products on bf16 activations; and
-# float32 activations (not bf16 products), whose serial products take more passes. tf32 shares
-# the figure of its activations (not measured on its own).
+# prompts in 32-row products", "Session 38"): bf16 products; "highest" products on 16-bit
+# activations; and float32 activations (not bf16 products), whose serial products take more
+# passes. Measured at B=1 with bf16 or float32 activations; tf32 products and float16
+# activations share the figure of their activations' width (not measured on their own).
 MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 160
 MIN_CHUNKED_ROWS_F32 = 40

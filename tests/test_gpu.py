@@ -121,9 +121,11 @@ def test_bolt_within_the_float32_bound_of_a_float64_recurrence(mode):
   assert spec_error(got[:, None], s64[:, 5:6], cfg) < 2e-6
 
 
-@pytest.mark.parametrize("B", [1, 4])
-def test_bolt_compact_snapshot_bitwise(B):
-  pair = Pair("pallas", B=B, seed=B, cfg=BOLT, dtype=jnp.bfloat16)
+@pytest.mark.parametrize("B, dtype", [(1, jnp.bfloat16), (4, jnp.bfloat16), (1, jnp.float32)])
+def test_bolt_compact_snapshot_bitwise(B, dtype):
+  """At B=1 bf16 both modes' bodies run 32-row P tiles; float32 bodies run 32 (compact) and
+  64 (snapshot), whose bits must agree all the same."""
+  pair = Pair("pallas", B=B, seed=B, cfg=BOLT, dtype=dtype)
   pair.call(37)
   for rows in ([7] * B, [0] * B, [3] * B, None, None):
     pair.accept(pair.random_rows() if rows is None else rows)
@@ -131,7 +133,7 @@ def test_bolt_compact_snapshot_bitwise(B):
   pair.accept(pair.random_rows())
   pair.call(37)          # prefill while a window is pending (a 29-row body: serial)
   pair.accept([7] * B)
-  pair.call(80)          # a 72-row body: two 32-row products and a partial one (serial)
+  pair.call(80)          # a 72-row body: serial in 32-row products (bf16), chunked (float32)
   pair.accept([2] * B)
   pair.call(1)
   pair.accept([0] * B)

@@ -255,6 +255,24 @@ def test_triton_kernels_capture_ir_and_launch_params():
   assert f"tensor<{m.tile_config(cfg).block_p}x{tiles.n_cols}xf32>" not in ir
 
 
+@pytest.mark.parametrize("dtype, block_p", [(jnp.bfloat16, 32), (jnp.float32, 64)])
+def test_b1_snapshot_prefill_takes_its_p_tiles(dtype, block_p):
+  """A B=1 snapshot prefill on the verify kernels runs 32-row P tiles with bf16 activations and
+  the table's 64 with float32 ones, as `ops.prefill` picks them (through `dispatch.call`)."""
+  cfg = m.BOLT
+
+  def f(p, s, a):
+    return dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=False, ragged=False)
+
+  kernels = backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, 1, 37, dtype=dtype),
+                                   donate_argnums=(1,))
+  ir = kernels["m2v_ssm_snapshot_r37"][0]
+  n_cols = m.tile_config(cfg).n_cols
+  assert f"tensor<{block_p}x{n_cols}xf32>" in ir
+  # [32, n_cols] also names a 32-row segment's B and C tiles: only a 64-row tile tells.
+  assert (f"tensor<64x{n_cols}xf32>" in ir) == (block_p == 64)
+
+
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 def test_chunked_prefill_lowers_for_headdim_96(mode):
   """headdim not a power of two: the chunked scan takes P in power-of-two tiles (32 here)."""

@@ -195,7 +195,9 @@ def test_chunk_tiles_are_checked(fields, match):
     (jnp.bfloat16, "highest", dispatch.MIN_CHUNKED_ROWS),
     (jnp.float32, None, dispatch.MIN_CHUNKED_ROWS_F32),
     (jnp.float32, "tf32", dispatch.MIN_CHUNKED_ROWS_F32),
-    (jnp.float32, "bf16", dispatch.MIN_CHUNKED_ROWS_BF16)])
+    (jnp.float32, "bf16", dispatch.MIN_CHUNKED_ROWS_BF16),
+    (jnp.bfloat16, "tf32", dispatch.MIN_CHUNKED_ROWS),
+    (jnp.float16, None, dispatch.MIN_CHUNKED_ROWS)])
 def test_prefill_path_by_body_rows(act, precision, min_rows):
   """A Bolt prefill takes the chunked path from its threshold of body rows on, by activation
   dtype and product precision; `chunked` given overrides it."""

@@ -71,7 +71,7 @@ def main(argv):
   z = jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype) if FLAGS.z else None
   rows = jnp.asarray(np.arange(B) % R if FLAGS.state_row is None     # mixed acceptance
                      else np.full(B, FLAGS.state_row), jnp.int32)
-  tiles = m.tile_config(cfg, B)
+  tiles = m.tile_config(cfg, B, R, dtype)
   if FLAGS.tiles:
     tiles = tiles.replace_from_text(FLAGS.tiles)
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)

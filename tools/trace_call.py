@@ -91,7 +91,7 @@ def main(argv):
   dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), jnp.bfloat16)
   rows = jnp.asarray(np.arange(B) % R, jnp.int32)
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
-  tiles = m.tile_config(cfg, B)
+  tiles = m.tile_config(cfg, B, R, jnp.bfloat16)
   if FLAGS.tiles:
     if FLAGS.public:
       raise app.UsageError("--tiles: --public runs the table's tiles (dispatch.call)")
