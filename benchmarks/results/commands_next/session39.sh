@@ -6,7 +6,10 @@
 #             B=32, 16 nodes against 16-row chains, with tree_cache=1 and tree_recompute=0 as
 #             variants (~5 min).
 #   b1:       B=1 bf16 defaults (32-row P tiles at B=1 since session 38) at R=20,37,72,136,
-#             against the table's 64-row tiles, and float32 at R=20,37 on both tiles (~3 min).
+#             against the table's 64-row tiles and narrower ones (16:2, 16:4, 32:2), and
+#             float32 at R=20,37 on 32- and 64-row tiles (~4 min).
+#   pncu:     ncu, each kernel's time in one B=1 bf16 prefill: R=4096 chunked, R=512 chunked,
+#             R=37 serial (where the time goes for issue 22's three goals; ~3 min).
 #   suite:    the whole GPU suite (16 workers, 540 s).
 set -u
 D=$(dirname "$0")
@@ -24,13 +27,24 @@ h200tree)
   ;;
 b1)
   PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill \
-    --lengths=20,37,72,136 --prefill_cases=serial --serial_tiles=64:4:64 \
+    --lengths=20,37,72,136 --prefill_cases=serial --serial_tiles=64:4:64,16:2:64,16:4:64,32:2:64 \
     --out=$O/b1_bf16.json > $O/b1_bf16.log 2>&1
   grep -hE "^\| snap" $O/b1_bf16.log | cut -c1-150
   PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill --dtype=float32 \
     --lengths=20,37 --prefill_cases=serial --serial_tiles=32:4:64 \
     --out=$O/b1_f32.json > $O/b1_f32.log 2>&1
   grep -hE "^\| snap" $O/b1_f32.log | cut -c1-150
+  ;;
+pncu)
+  for spec in "4096 --chunked" "512 --chunked" "37 --nochunked"; do
+    set -- $spec
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu --clock-control none \
+      --kernel-name regex:m2v --launch-skip 0 --launch-count 40 \
+      --metrics gpu__time_duration.sum,sm__inst_executed.sum,launch__registers_per_thread,launch__grid_size,dram__bytes.sum \
+      python3 tools/profile_call.py --prefill $2 --mode=snapshot --batch=1 --rows=$1 --calls=1 \
+      > $O/pncu_r$1.log 2>&1
+    echo "R=$1"; grep -E "^  m2v|gpu__time" $O/pncu_r$1.log | paste - - | awk '{print $1, $(NF)}' | sort | uniq -c | head -30
+  done
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
