@@ -119,7 +119,8 @@ def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_s
   """The verify kernels' static `Plan` of a call of R rows (0: a fold) on `state`."""
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
-      conv_dtype=jnp.dtype(state.conv.dtype), tiles=tiles or tiles_lib.tile_config(cfg, B, R, y_dtype),
+      conv_dtype=jnp.dtype(state.conv.dtype),
+      tiles=tiles or tiles_lib.tile_config(cfg, B, R, y_dtype),
       interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype),
       check_shared=check_shared, tree=tree)
 

@@ -135,8 +135,9 @@ _TILE_TABLE[(64, 64, 128)] = _TILE_TABLE[(128, 64, 128)]
 # capacity rows (a prompt's body) with 16-bit activations: 32-row P tiles, two programs a
 # head, about two per SM. Compact verify took 0.93x the table's device time (BENCHMARKS.md,
 # loop suite 2026-12-04); a bf16 snapshot prefill 0.98x at R=37 and 0.92x at R=136, a float32
-# one 1.32x at R=56 (H100, 2026-12-06; the float32 figure from two separate calls). Snapshot verify at B=1 keeps the table's tiles. The
-# same entry for Bolt split over 2 devices (not timed there).
+# one 1.32x at R=56 (H100, 2026-12-06; the float32 figure from two separate calls). Snapshot
+# verify at B=1 keeps the table's tiles. The same entry for Bolt split over 2 devices (not
+# timed there).
 _B1_TABLE: dict[tuple[int, int, int], TileConfig] = {
     key: dataclasses.replace(_TILE_TABLE[key], block_p=32) for key in ((128, 64, 128),
                                                                        (64, 64, 128))}
