@@ -58,7 +58,11 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
 }
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   $PY -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
-  git log -1 --format='commit %H %s' 2>/dev/null; } 2>&1 | tee "$OUT/device.txt"
+  git log -1 --format='commit %H %s' 2>/dev/null
+  # The code that ran (the device's git metadata may predate the working tree it got): compare
+  # with `cat m2v_jax/*.py m2v_jax/kernels/*.py | sha1sum` at a commit.
+  echo "m2v_jax sources sha1 $(cat m2v_jax/*.py m2v_jax/kernels/*.py | sha1sum | cut -c1-40)"
+} 2>&1 | tee "$OUT/device.txt"
 for s in $STAGES; do
   case $s in
     gpu_tests) XLA_PYTHON_CLIENT_PREALLOCATE=false stage gpu_tests 560 \

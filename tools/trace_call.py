@@ -7,6 +7,7 @@ trace it writes. Where ncu serializes launches and times each kernel alone, this
 launch gaps and anything else that runs on the device between a call's kernels:
 
     python tools/trace_call.py --mode=compact --batch=1 --calls=16
+    python tools/trace_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=2
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def _define_flags():
                     "instead of the kernels alone")
   flags.DEFINE_string("tiles", None,
                       "verify tiles, as `TileConfig.replace_from_text` reads them")
+  flags.DEFINE_bool("prefill", False, "each call a prefill of --rows rows through "
+                    "`dispatch.call` with the default path (chunked or not) and tiles, every "
+                    "sequence from its state after the previous call's row 0")
   flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
   flags.DEFINE_enum("geometry", "bolt", ["bolt", "small"], "bolt, or a small one for a CPU run "
                     "(kernels interpreted)")
@@ -92,10 +96,17 @@ def main(argv):
   rows = jnp.asarray(np.arange(B) % R, jnp.int32)
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
   tiles = m.tile_config(cfg, B, R, jnp.bfloat16)
+  public = FLAGS.public or FLAGS.prefill
   if FLAGS.tiles:
-    if FLAGS.public:
-      raise app.UsageError("--tiles: --public runs the table's tiles (dispatch.call)")
+    if public:
+      raise app.UsageError("--tiles: --public and --prefill run the table's tiles "
+                           "(dispatch.call)")
     tiles = tiles.replace_from_text(FLAGS.tiles)
+  if FLAGS.prefill:
+    if FLAGS.tree:
+      raise app.UsageError("--prefill: a draft tree is a verify call")
+    rows = jnp.zeros((B,), jnp.int32)
+  chunked = FLAGS.prefill and dispatch.use_chunked(cfg, backend, R, None, jnp.bfloat16)
 
   parents = None
   if FLAGS.tree:
@@ -107,8 +118,8 @@ def main(argv):
     ys = []
     for _ in range(K):
       args = status.call_args(xbc, dt, r, None, ci, nr)
-      if FLAGS.public:
-        y, s = dispatch.call(params, s, args, cfg=cfg, backend=backend, chunked=False,
+      if public:
+        y, s = dispatch.call(params, s, args, cfg=cfg, backend=backend, chunked=chunked,
                              ragged=False, entries_checked=False, parents=parents)
       else:
         y, s = dispatch.kernel_call(cfg, backend, params, s, args, tiles, parents=parents)
@@ -129,7 +140,9 @@ def main(argv):
   events = device_events(trace_dir)
   per_step = len(events) // FLAGS.steps
   last = events[-per_step:] if per_step else []
-  print(f"{cfg.replay_mode} B={B} R={R}{' tree' if FLAGS.tree else ''} on {backend}: "
+  kind = " tree" if FLAGS.tree else (" prefill, chunked" if chunked else
+                                       " prefill" if FLAGS.prefill else "")
+  print(f"{cfg.replay_mode} B={B} R={R}{kind} on {backend}: "
         f"{len(events)} device events in "
         f"{FLAGS.steps} steps of {K} calls ({trace_dir})")
   print("| event | start µs | µs | gap before µs |\n|---|---|---|---|")

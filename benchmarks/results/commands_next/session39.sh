@@ -8,8 +8,10 @@
 #   b1:       B=1 bf16 defaults (32-row P tiles at B=1 since session 38) at R=20,37,72,136,
 #             against the table's 64-row tiles and narrower ones (16:2, 16:4, 32:2), and
 #             float32 at R=20,37 on 32- and 64-row tiles (~4 min).
-#   pncu:     ncu, each kernel's time in one B=1 bf16 prefill: R=4096 chunked, R=512 chunked,
-#             R=37 serial (where the time goes for issue 22's three goals; ~3 min).
+#   pncu:     where a B=1 bf16 prefill's time goes (issue 22's three goals): the device
+#             timeline of R=4096, 512 (chunked) and 37 (serial) from the profiler
+#             (tools/trace_call.py --prefill: every kernel, XLA's too, and the gaps), then
+#             ncu of the Pallas kernels (~4 min).
 #   suite:    the whole GPU suite (16 workers, 540 s).
 set -u
 D=$(dirname "$0")
@@ -36,6 +38,11 @@ b1)
   grep -hE "^\| snap" $O/b1_f32.log | cut -c1-150
   ;;
 pncu)
+  for R in 4096 512 37; do
+    PYTHONPATH=$PWD timeout -k 5 90 python3 tools/trace_call.py --prefill --mode=snapshot \
+      --batch=1 --rows=$R --calls=2 --steps=3 --show=60 > $O/ptrace_r$R.log 2>&1
+    grep -vE "^[IW]1|Warn" $O/ptrace_r$R.log | grep -A12 "per call"
+  done
   for spec in "4096 --chunked" "512 --chunked" "37 --nochunked"; do
     set -- $spec
     PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu --clock-control none \
