@@ -815,8 +815,8 @@ def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
 
 def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
                   kinds=("serial", "chunked", "highest", "reference", "dense", "compact"),
-                  serial_tiles=()):
-  """Prefill chunks (B=1, snapshot mode): serial kernel, chunked kernel at the default
+                  serial_tiles=(), batch=1):
+  """Prefill chunks (B=`batch`, 1 by default, snapshot mode): serial kernel, chunked kernel at the default
   product precision and at "highest" (the precision a word of the name), jnp reference
   scan, dense jnp SSD; then compact chunked prefill with and without a pending window.
   Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB. `kinds` picks
@@ -832,16 +832,16 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
   highest = snap.replace(prefill_precision=config_lib.HIGHEST)
   for R in lengths:
     calls = 8 if R < 256 else 1
-    mk = lambda cfg=snap, **kw: verify_case(cfg, 1, R, 0, 2, dtype, params=params,
+    mk = lambda cfg=snap, **kw: verify_case(cfg, batch, R, 0, 2, dtype, params=params,
                                             min_calls=calls, **kw)[0]
     cases = {"serial": lambda: mk(), "chunked": lambda: mk(chunked=True),
              "highest": lambda: mk(highest, chunked=True),
              "reference": lambda: mk(backend=config_lib.REFERENCE),
              "dense": lambda: mk(dense=True)}
     for v in serial_tiles:
-      tiles = tiles_lib.tile_config(snap, 1).replace_from_text(v)
+      tiles = tiles_lib.tile_config(snap, batch).replace_from_text(v)
       cases[f"serial {v}"] = lambda tiles=tiles, v=v: mk(
-          tiles=tiles, name=f"snapshot B=1 R={R} row=0 serial {v}")
+          tiles=tiles, name=f"snapshot B={batch} R={R} row=0 serial {v}")
     if snap.prefill_precision_for(dtype) == config_lib.HIGHEST:
       del cases["highest"]                                   # the default is "highest"
     cases = [make() for name, make in cases.items() if name.split()[0] in kinds]
@@ -851,7 +851,7 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
                            if c is not cases[0] else None))
       if " chunked " in c.name:
         cfg = highest if c.name.endswith(" highest") else snap
-        rows_out[-1]["scratch_mb"] = chunk_scratch_mb(cfg, R, dtype)
+        rows_out[-1]["scratch_mb"] = chunk_scratch_mb(cfg, R, dtype, batch)
   if "compact" not in kinds:
     return rows_out
   R = max(lengths)
@@ -1006,6 +1006,8 @@ flags.DEFINE_list("tree_shapes", ["uniform"], "draft-tree shapes of the tree sui
 flags.DEFINE_bool("tree_variant_chains", False, "the tree suite's --tree_tiles variants time "
                   "chains of the same rows too")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
+flags.DEFINE_integer("prefill_batch", 1, "sequences B of the prefill suite's serial, "
+                     "chunked, highest, reference and dense cases (compact: B=1)")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"], "cases of the prefill suite")
 flags.DEFINE_list("serial_tiles", [], "verify tiles of extra serial cases of the prefill "
@@ -1068,7 +1070,8 @@ def main(argv):
                                        tile_variants=FLAGS.loop_tiles),
                 prefill=functools.partial(suite_prefill, lengths=[int(n) for n in FLAGS.lengths],
                                           kinds=FLAGS.prefill_cases,
-                                          serial_tiles=FLAGS.serial_tiles),
+                                          serial_tiles=FLAGS.serial_tiles,
+                                          batch=FLAGS.prefill_batch),
                 ragged=functools.partial(suite_ragged,
                                          lengths=[int(n) for n in FLAGS.ragged_lengths]),
                 tree=functools.partial(suite_tree, batches=[int(b) for b in FLAGS.batches],

@@ -69,3 +69,14 @@ def test_prefill_suite_times_serial_tile_variants(tmp_path):
             "--lengths=12", "--prefill_cases=chunked", "--serial_tiles=8:1:16:body_rows=8",
             "--copy_mib=16", f"--out={out}")
   assert res.returncode != 0 and "must include serial" in res.stderr, res.stderr[-2000:]
+
+
+def test_prefill_suite_takes_a_batch(tmp_path):
+  out = tmp_path / "bench.json"
+  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=prefill",
+            "--lengths=20", "--prefill_cases=serial,chunked", "--prefill_batch=3",
+            "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2", f"--out={out}")
+  assert res.returncode == 0, res.stderr[-2000:]
+  rows = json.loads(out.read_text())["prefill"]
+  assert [r["name"].split(" row=")[0] for r in rows] == ["snapshot B=3 R=20"] * 2, rows
+  assert rows[1]["scratch_mb"] > 0

@@ -12,6 +12,8 @@
 #             timeline of R=4096, 512 (chunked) and 37 (serial) from the profiler
 #             (tools/trace_call.py --prefill: every kernel, XLA's too, and the gaps), then
 #             ncu of the Pallas kernels (~4 min).
+#   btie:     bf16 prefills of B=8 sequences, serial against chunked at R=40..264: whether the
+#             B=1 threshold (dispatch.MIN_CHUNKED_ROWS_BF16, 160 body rows) holds at B=8 (~3 min).
 #   suite:    the whole GPU suite (16 workers, 540 s).
 set -u
 D=$(dirname "$0")
@@ -52,6 +54,11 @@ pncu)
       > $O/pncu_r$1.log 2>&1
     echo "R=$1"; grep -E "^  m2v|gpu__time" $O/pncu_r$1.log | paste - - | awk '{print $1, $(NF)}' | sort | uniq -c | head -30
   done
+  ;;
+btie)
+  PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill --prefill_batch=8 \
+    --lengths=40,72,136,264 --prefill_cases=serial,chunked --out=$O/btie.json > $O/btie.log 2>&1
+  rows $O/btie.log
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
