@@ -153,6 +153,11 @@ def _checked_state(cfg, kind, signature, dtype) -> int:
                     f"and dt, or build the pool with m2v_jax.init_state(cfg, E, "
                     f"jnp.{jnp.dtype(dtype).name})")
   conv_dtypes = (jnp.float32, dtype)
+  if jnp.dtype(st.conv.dtype) not in map(jnp.dtype, conv_dtypes):
+    raise TypeError(f"state.conv: the pool keeps a {jnp.dtype(st.conv.dtype).name} conv state "
+                    f"(it was built for those activations), got {jnp.dtype(dtype).name} "
+                    f"activations, which take float32 or their own dtype: cast xbc and dt, or "
+                    f"build the pool with m2v_jax.init_state(cfg, E, jnp.{jnp.dtype(dtype).name})")
   shapes = state_lib.state_shapes(cfg, E, dtype, st.conv.dtype
                                   if jnp.dtype(st.conv.dtype) in map(jnp.dtype, conv_dtypes)
                                   else jnp.float32)

@@ -166,8 +166,9 @@ def test_static_errors_capacity_state_and_pool():
 
 
 def test_errors_name_the_cause():
-  """A pool of another capacity or window, activations of another dtype than a compact pool's,
-  float64 input: each message names the cause and what to do, and the pool is untouched."""
+  """A pool of another capacity or window, activations of another dtype than a compact pool's
+  or than a snapshot pool's 16-bit conv state, float64 input: each message names the cause and
+  what to do, and the pool is untouched."""
   cfg = small_cfg(capacity=4)
   comp = cfg.replace(replay_mode="compact")
   p = m.random_params(cfg, 17)
@@ -180,6 +181,9 @@ def test_errors_name_the_cause():
       (comp, m.init_state(comp, 2, jnp.float32), xbc.astype(jnp.bfloat16),
        dt.astype(jnp.bfloat16), TypeError,
        r"the compact pool keeps float32 activations .* got bfloat16: cast xbc and dt"),
+      (cfg, m.init_state(cfg, 2, jnp.bfloat16), xbc, dt, TypeError,
+       r"state.conv: the pool keeps a bfloat16 conv state .* got float32 activations.*"
+       r"init_state\(cfg, E, jnp.float32\)"),
       (cfg, m.init_state(cfg, 2, jnp.float32), np.asarray(xbc, np.float64), dt, TypeError,
        r"got float64 \(cast it, e.g. xbc.astype\(jnp.float32\)\)"),
   ]
