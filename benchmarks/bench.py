@@ -816,9 +816,10 @@ def suite_breakdown(dtype, prefill_rows=4096, chunk_tiles=None):
 def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
                   kinds=("serial", "chunked", "highest", "reference", "dense", "compact"),
                   serial_tiles=(), batch=1):
-  """Prefill chunks (B=`batch`, 1 by default, snapshot mode): serial kernel, chunked kernel at the default
-  product precision and at "highest" (the precision a word of the name), jnp reference
-  scan, dense jnp SSD; then compact chunked prefill with and without a pending window.
+  """Prefill chunks (B=`batch`, 1 by default, snapshot mode): serial kernel, chunked kernel
+  at the default product precision and at "highest" (the precision a word of the name), jnp
+  reference scan, dense jnp SSD; then compact chunked prefill with and without a pending
+  window.
   Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB. `kinds` picks
   the cases (serial, chunked, highest, reference, dense, compact); `serial_tiles` adds the
   serial kernel at those verify tiles (`TileConfig.replace_from_text`), timed after the

@@ -158,9 +158,7 @@ def _checked_state(cfg, kind, signature, dtype) -> int:
                     f"(it was built for those activations), got {jnp.dtype(dtype).name} "
                     f"activations, which take float32 or their own dtype: cast xbc and dt, or "
                     f"build the pool with m2v_jax.init_state(cfg, E, jnp.{jnp.dtype(dtype).name})")
-  shapes = state_lib.state_shapes(cfg, E, dtype, st.conv.dtype
-                                  if jnp.dtype(st.conv.dtype) in map(jnp.dtype, conv_dtypes)
-                                  else jnp.float32)
+  shapes = state_lib.state_shapes(cfg, E, dtype, st.conv.dtype)
   for name in type(st)._fields:
     want = getattr(shapes, name)
     dts = {"conv": conv_dtypes, "ssm": state_lib.STATE_DTYPES}.get(name, (want.dtype,))

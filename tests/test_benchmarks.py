@@ -56,26 +56,30 @@ def test_tree_suite_times_trees_beside_chains(tmp_path):
                                    (16, " tree=bfs")]], names
 
 
+def run_prefill_suite(out, *flags):
+  """bench.py's prefill suite at the small geometry on the reference backend, briefly."""
+  return run("benchmarks/bench.py", "--geometry=small", "--backend=reference",
+             "--suites=prefill", "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2",
+             f"--out={out}", *flags)
+
+
 def test_prefill_suite_times_serial_tile_variants(tmp_path):
   out = tmp_path / "bench.json"
-  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=prefill",
-            "--lengths=12", "--prefill_cases=serial", "--serial_tiles=8:1:16:body_rows=8",
-            "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2", f"--out={out}")
+  res = run_prefill_suite(out, "--lengths=12", "--prefill_cases=serial",
+                          "--serial_tiles=8:1:16:body_rows=8")
   assert res.returncode == 0, res.stderr[-2000:]
   names = [r["name"] for r in json.loads(out.read_text())["prefill"]]
   assert names == ["snapshot B=1 R=12 row=0 reference",
                    "snapshot B=1 R=12 row=0 serial 8:1:16:body_rows=8"], names
-  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=prefill",
-            "--lengths=12", "--prefill_cases=chunked", "--serial_tiles=8:1:16:body_rows=8",
-            "--copy_mib=16", f"--out={out}")
+  res = run_prefill_suite(out, "--lengths=12", "--prefill_cases=chunked",
+                          "--serial_tiles=8:1:16:body_rows=8")
   assert res.returncode != 0 and "must include serial" in res.stderr, res.stderr[-2000:]
 
 
 def test_prefill_suite_takes_a_batch(tmp_path):
   out = tmp_path / "bench.json"
-  res = run("benchmarks/bench.py", "--geometry=small", "--backend=reference", "--suites=prefill",
-            "--lengths=20", "--prefill_cases=serial,chunked", "--prefill_batch=3",
-            "--blocks=2", "--banks=2", "--copy_mib=16", "--min_calls=2", f"--out={out}")
+  res = run_prefill_suite(out, "--lengths=20", "--prefill_cases=serial,chunked",
+                          "--prefill_batch=3")
   assert res.returncode == 0, res.stderr[-2000:]
   rows = json.loads(out.read_text())["prefill"]
   assert [r["name"].split(" row=")[0] for r in rows] == ["snapshot B=3 R=20"] * 2, rows

@@ -82,7 +82,7 @@ class Plan:
     capacity."""
     if not self.tiles.body_rows:
       return self.cap
-    return min(self.tiles.body_rows, max(8, 1 << max(self.body - 1, 0).bit_length()))
+    return min(self.tiles.body_rows, max(8, tiles_lib.next_pow2(self.body)))
 
   @property
   def RT(self) -> int:
