@@ -1025,7 +1025,8 @@ flags.DEFINE_string("breakdown_tiles", "",
                     "joined by ':' as in --chunk_variants (default: the table's)")
 flags.DEFINE_list("chunk_variants", list(DEFAULT_CHUNK_VARIANTS),
                   "ChunkTiles of the chunk_sweep suite, fields joined by ':'")
-flags.DEFINE_integer("chunk_batch", 1, "sequences of R=4096 rows in the chunk_sweep suite")
+flags.DEFINE_integer("chunk_batch", 1, "sequences of the chunk_sweep suite")
+flags.DEFINE_integer("chunk_rows", 4096, "rows R of each sequence of the chunk_sweep suite")
 flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
 
 
@@ -1059,7 +1060,7 @@ def main(argv):
       sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],
                                 modes=FLAGS.sweep_modes, variants=FLAGS.sweep_tiles)
       chunk_sweep = functools.partial(suite_chunk_sweep, variants=FLAGS.chunk_variants,
-                                      B=FLAGS.chunk_batch)
+                                      B=FLAGS.chunk_batch, R=FLAGS.chunk_rows)
       fn = dict(main=suite_main, sweep=sweep, chunk_sweep=chunk_sweep,
                 batch=functools.partial(suite_batch, batches=[int(b) for b in FLAGS.batches]),
                 flush=functools.partial(suite_flush, batches=[

@@ -15,6 +15,9 @@
 #   btie:     bf16 prefills of B=8 sequences, serial against chunked at R=40..264: whether the
 #             B=1 threshold (dispatch.MIN_CHUNKED_ROWS_BF16, 160 body rows) holds at B=8 (~3 min).
 #   suite:    the whole GPU suite (16 workers, 540 s).
+#   order:    the output kernel's launch order (ChunkTiles.out_order 1: a chunk's row blocks
+#             side by side) against the table's at R=4096 and 512 (chunk_sweep), then ncu of
+#             the output kernel in both orders at R=512 (~4 min).
 set -u
 D=$(dirname "$0")
 source "$D/lib.sh"
@@ -59,6 +62,23 @@ btie)
   PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill --prefill_batch=8 \
     --lengths=40,72,136,264 --prefill_cases=serial,chunked --out=$O/btie.json > $O/btie.log 2>&1
   rows $O/btie.log
+  ;;
+order)
+  T=128:64:4:1:64:4:16:3:4:1:1:32:256:4:64:1:100
+  for R in 4096 512; do
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 150 python3 \
+      benchmarks/bench.py --suites=chunk_sweep --chunk_rows=$R --chunk_variants=$T:1 \
+      --out=$O/order_r$R.json > $O/order_r$R.txt 2>&1
+    rows $O/order_r$R.txt
+  done
+  for o in 0 1; do
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 2 \
+      --metrics gpu__time_duration.sum,sm__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__warps_active.avg.pct_of_peak_sustained_active \
+      python3 tools/profile_call.py --prefill --chunked --chunk_tiles=$T:$o --mode=snapshot \
+      --batch=1 --rows=512 --calls=1 > $O/ncu_order$o.log 2>&1
+    echo "out_order=$o"; grep -E "^  m2v|dram__|gpu__time|lts__|warps_active|inst_exec" $O/ncu_order$o.log
+  done
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
