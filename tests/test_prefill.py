@@ -183,7 +183,6 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(out_warps=6), "out_warps: expected a power of two"),
     (dict(conv_cols=96), "conv_cols: expected a power of two"),
     (dict(local_block_p=24), "local_block_p: expected a power of two"),
-    (dict(out_order=2), "out_order: expected 0 or 1"),
     (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
     (dict(scratch_mb=float("inf")), "scratch_mb: expected a finite value >= 0")])
 def test_chunk_tiles_are_checked(fields, match):
@@ -323,13 +322,12 @@ class PrefillChecks:
       (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2, state_stages=2,
                        out_heads=2, out_stages=2), (2, 2)),
       (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
-                       out_rows=16, out_order=1), (2, 1)),
+                       out_rows=16), (2, 1)),
       (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows (launched row blocks
-    first); chunk states and passing
+    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; chunk states and passing
     fused, against the two kernels too (interpreted with the full matrix also in P tiles of
     4). The small grid would make the plan drop to one head a program: the program-count
     floor is lifted."""

@@ -17,6 +17,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import tempfile
 
 import jax
@@ -49,6 +50,8 @@ def _define_flags():
   flags.DEFINE_bool("prefill", False, "each call a prefill of --rows rows through "
                     "`dispatch.call` with the default path (chunked or not) and tiles, every "
                     "sequence from its state after the previous call's row 0")
+  flags.DEFINE_bool("copies", False, "also print the compiled step's copy and "
+                    "dynamic-update-slice instructions (XLA's HLO), with their shapes")
   flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
   flags.DEFINE_enum("geometry", "bolt", ["bolt", "small"], "bolt, or a small one for a CPU run "
                     "(kernels interpreted)")
@@ -128,6 +131,12 @@ def main(argv):
 
   step = jax.jit(many, donate_argnums=0)
   state = m.init_state(cfg, B, jnp.bfloat16)
+  if FLAGS.copies:                     # XLA's copies in the compiled step, with their shapes
+    text = step.lower(state, rows, ci, nr).compile().as_text()
+    for line in text.splitlines():
+      hit = re.search(r"= \w+\[([\d,]*)\]\S* (copy|copy-start|dynamic-update-slice)\(", line)
+      if hit and np.prod([int(d) for d in hit.group(1).split(",") if d]) >= 1 << 16:
+        print("hlo:", line.strip()[:300])
   state, _ = step(state, jnp.zeros((B,), jnp.int32), ci, nr)     # compile; R rows pending
   for _ in range(2):
     state, _ = step(state, rows, ci, nr)

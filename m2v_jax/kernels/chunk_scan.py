@@ -343,11 +343,10 @@ def _log_decay(dtv, a_h, L):
   return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
 
 
-def _head_grid(plan: ChunkPlan, nh: int, axis: int = 0):
-  """(first head, P tile) of program id `axis` in a chunk-parallel grid, P tiles fastest (L2
-  reuse)."""
+def _head_grid(plan: ChunkPlan, nh: int):
+  """(first head, P tile) of program id 0 in a chunk-parallel grid, P tiles fastest (L2 reuse)."""
   P, BP = plan.cfg.headdim, plan.local_block_p
-  hp = pl.program_id(axis)
+  hp = pl.program_id(0)
   return (hp // (P // BP)) * nh, hp % (P // BP)
 
 
@@ -359,10 +358,9 @@ def _for_heads(nh: int, head):
     lax.fori_loop(0, nh, head, 0)
 
 
-def _slot(seq_ref, row_ref, len_ref, L, axis: int = 1):
-  """(slot, sequence, its scratch rows, its flat rows (pl.ds), live [L] bool) of program id
-  `axis`."""
-  i = pl.program_id(axis)
+def _slot(seq_ref, row_ref, len_ref, L):
+  """(slot, sequence, its scratch rows, its flat rows (pl.ds), live [L] bool) of program id 1."""
+  i = pl.program_id(1)
   live = lax.broadcasted_iota(jnp.int32, (L,), 0) < len_ref[i]
   return i, seq_ref[i], pl.ds(i * L, L), pl.ds(row_ref[i], L), live
 
@@ -548,8 +546,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
                       y_ref, dt0_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
-  local_block_p, slots, chunk / out_rows), or with `ChunkTiles.out_order` (chunk / out_rows,
-  H / out_heads * P / local_block_p, slots); the causal sum runs over blocks of as many columns.
+  local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
     cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
     sequence not run and of its rows past n; xr_ref, dtr_ref, dt0_ref as `_chunk_states_kernel`;
@@ -561,15 +558,14 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH, BM = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads, plan.out_rows
-  head_axis, slot_axis, row_axis = (1, 2, 0) if plan.tiles.out_order else (0, 1, 2)
-  i, s, _, _, _ = _slot(seq_ref, row_ref, len_ref, L, slot_axis)
-  m = pl.program_id(row_axis)
+  i, s, _, _, _ = _slot(seq_ref, row_ref, len_ref, L)
+  m = pl.program_id(2)
   r0 = m * BM
   rows, out_rows = pl.ds(i * L + r0, BM), pl.ds(row_ref[i] + r0, BM)
   t_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 0)
   s_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 1)
   lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]
-  h0, pid_p = _head_grid(plan, NH, head_axis)
+  h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
   body = (body_ref[i] > 0) & (valid_ref[s] > 0)
   has_rows = r0 < len_ref[i]
@@ -719,9 +715,6 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
       outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
       num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{tag}")
-  out_grid = (H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows)
-  if t.out_order:
-    out_grid = out_grid[2:] + out_grid[:2]
   out = launch(
       _chunk_out_kernel,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
@@ -729,6 +722,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
                   d_ref=D, y_in_ref=y, **dt0),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
-      grid=out_grid, num_warps=t.out_warps, num_stages=t.out_stages,
+      grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),
+      num_warps=t.out_warps, num_stages=t.out_stages,
       name=f"m2v_chunk_out_{tag}")
   return passed["ssm_out_ref"], out["y_ref"], passed.get("carry_out_ref")

@@ -175,10 +175,6 @@ class ChunkTiles:
     out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
     fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
       `state_warps`, `state_stages`).
-    out_order: the output kernel's launch order. 0: heads fastest, then slots, then a
-      chunk's row blocks; 1: a chunk's row blocks fastest, then heads, then slots (the row
-      blocks of one chunk and head, which load the same starting state and x columns, run
-      side by side).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
       conv_rows + K-1 input rows are loaded at once, so large conv_rows spill registers).
     scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once, per sequence
@@ -186,8 +182,8 @@ class ChunkTiles:
       (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
 
   Raises:
-    ValueError: a field that must be a power of two and is not, a stage count below 1,
-      fused_pass or out_order not 0 or 1, a scratch_mb that is negative or not finite.
+    ValueError: a field that must be a power of two and is not, a stage count below 1, a
+      scratch_mb that is negative or not finite.
   """
 
   chunk: int = 64
@@ -207,7 +203,6 @@ class ChunkTiles:
   out_rows: int = 64
   fused_pass: int = 0
   scratch_mb: float = 100.0
-  out_order: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -216,9 +211,8 @@ class ChunkTiles:
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    for name in ("fused_pass", "out_order"):
-      if getattr(self, name) not in (0, 1):
-        raise ValueError(f"ChunkTiles.{name}: expected 0 or 1, got {getattr(self, name)}")
+    if self.fused_pass not in (0, 1):
+      raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
                                 "conv_rows", "conv_cols", "conv_warps", "out_rows"))

@@ -15,7 +15,9 @@
 #   btie:     bf16 prefills of B=8 sequences, serial against chunked at R=40..264: whether the
 #             B=1 threshold (dispatch.MIN_CHUNKED_ROWS_BF16, 160 body rows) holds at B=8 (~3 min).
 #   suite:    the whole GPU suite (16 workers, 540 s).
-#   order:    the output kernel's launch order (ChunkTiles.out_order 1: a chunk's row blocks
+#   copies:   XLA's large copies in a B=1 prefill's compiled step at R=512 and 4096, and the
+#             timeline, to name the `memcpy128` event (~2 min).
+#   order:    (needs out_order.patch applied) the output kernel's launch order (out_order 1: row blocks
 #             side by side) against the table's at R=4096 and 512 (chunk_sweep), then ncu of
 #             the output kernel in both orders at R=512 (~4 min).
 set -u
@@ -78,6 +80,13 @@ order)
       python3 tools/profile_call.py --prefill --chunked --chunk_tiles=$T:$o --mode=snapshot \
       --batch=1 --rows=512 --calls=1 > $O/ncu_order$o.log 2>&1
     echo "out_order=$o"; grep -E "^  m2v|dram__|gpu__time|lts__|warps_active|inst_exec" $O/ncu_order$o.log
+  done
+  ;;
+copies)  # what the prefill's `memcpy128` is: XLA's copies in the compiled step, then the timeline
+  for R in 512 4096; do
+    PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --prefill --mode=snapshot \
+      --batch=1 --rows=$R --calls=1 --steps=2 --show=40 --copies > $O/copies_r$R.log 2>&1
+    grep -E "^hlo|memcpy|per call" $O/copies_r$R.log | cut -c1-400
   done
   ;;
 suite)
