@@ -9,7 +9,6 @@ from jax.experimental import pallas as pl
 
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import rowmath
-from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels import chunk_scan
 from m2v_jax.kernels.chunk_scan import ChunkPlan, Segment, Slots
 
@@ -23,39 +22,39 @@ def _weights(plan, w_ref, bias_ref, cols, rows=False):
   return [load(w_ref[cols, k]) for k in range(plan.cfg.d_conv)], load(bias_ref[cols])
 
 
-def _output(plan, w_ref, bias_ref, cols, window):
-  """Post-conv rows [rows, BC] from `window(k)`, the rows' tap k as float32."""
-  taps, bias = _weights(plan, w_ref, bias_ref, cols, rows=True)
-  return rowmath.conv_output(taps, [lambda k=k: window(k) for k in range(len(taps))], bias,
-                             plan.y_dtype, not plan.interpret, plan.silu)
-
-
-def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_ref, bias_ref,
-                 post_ref, plan: ChunkPlan):
+def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, base_ref, rb_ref,
+                 head_ref, w_ref, bias_ref, post_ref, plan: ChunkPlan):
   """Body conv, grid (rows / conv_rows, C / conv_cols): block q of slot q // (L / conv_rows),
   one row at a time with the last K-1 input rows carried, so each input row is loaded once;
-  taps from the previous rows of xbc (`_head_kernel` then rewrites each body's first K-1
-  rows); rows past the slot's are zero; slots that do not run are left unwritten (not read).
+  taps from the previous rows of xbc, or before a body's first row (the block that opens it)
+  from the sequence's conv state; rows past the slot's are zero; slots that do not run are
+  left unwritten (not read).
 
   Refs:
     xbc_ref   [T, C]           raw rows, sequences back to back
     seq_ref, row_ref, len_ref, body_ref [slots] int32, valid_ref [S+1] int32: `Slots`
+    base_ref, rb_ref [S] int32 first flat row and body rows of each sequence (rb 0: its body
+                               opens in another segment, or it does not run)
+    head_ref  [S, K-1, C]      conv state before each sequence, oldest row first
     w_ref     [C, K] f32, bias_ref [C] f32
     post_ref  [rows, C]        post-conv rows in the activation dtype, L per body slot of the
                                segment
   """
-  K, BR, BC, T, L = plan.cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.T, plan.chunk
+  K, BR, BC, T, L, S = (plan.cfg.d_conv, plan.conv_rows, plan.conv_cols, plan.T, plan.chunk,
+                        plan.S)
   U = min(INTERPRET_UNROLL, BR) if plan.interpret else BR
   q, j = pl.program_id(0), pl.program_id(1)
   i = q // (L // BR)
   t0 = (q % (L // BR)) * BR                                       # first row in the slot
   cols = pl.ds(j * BC, BC)
+  s = jnp.minimum(seq_ref[i], S - 1)
 
   @pl.when((body_ref[i] > 0) & (valid_ref[seq_ref[i]] > 0))
   def _conv():
     r0, n = row_ref[i] + t0, len_ref[i]
     load = lambda r: xbc_ref[jnp.clip(r, 0, T - 1), cols].astype(f32)       # [BC]
     taps, bias = _weights(plan, w_ref, bias_ref, cols)
+    opens = (r0 == base_ref[s]) & (rb_ref[s] > 0)
 
     def rows(g, win):
       win = list(win) + [load(r0 + g * U + u) for u in range(U)]   # loads before any store
@@ -67,41 +66,12 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, w_r
         post_ref[q * BR + t, cols] = jnp.where(live, out, 0.0).astype(post_ref.dtype)
       return tuple(win[-(K - 1):])
 
-    first = tuple(load(r0 - (K - 1) + k) for k in range(K - 1))
+    first = tuple(jnp.where(opens, head_ref[s, k, cols].astype(f32), load(r0 - (K - 1) + k))
+                  for k in range(K - 1))
     if BR == U:
       rows(0, first)
     else:
       lax.fori_loop(0, BR // U, rows, first)
-
-
-def _head_kernel(*, xbc_ref, base_ref, rb_ref, first_ref, head_ref, w_ref, bias_ref, post_ref,
-                 post_out_ref, plan: ChunkPlan):
-  """The first K-1 rows of each body, their earlier taps from the sequence's conv state,
-  grid (S, C / conv_cols).
-
-    base_ref, rb_ref, first_ref [S] int32: first flat row, body rows (0: nothing to do, or a
-      body opening in another segment), first slot; head_ref [S, K-1, C]: conv state before
-      each sequence, oldest first; post_ref: `_conv_kernel`'s rows, aliased to post_out_ref.
-  """
-  K, BC, T, L = plan.cfg.d_conv, plan.conv_cols, plan.T, plan.chunk
-  HR = tiles_lib.next_pow2(K - 1)
-  s, j = pl.program_id(0), pl.program_id(1)
-  cols = pl.ds(j * BC, BC)
-  base = base_ref[s]
-  t = lax.broadcasted_iota(jnp.int32, (HR,), 0)                  # row within the sequence
-
-  @pl.when(rb_ref[s] > 0)
-  def _run():
-    def window(k):
-      back = t - (K - 1) + k
-      v = xbc_ref[jnp.clip(base + back, 0, T - 1), cols].astype(f32)
-      hv = head_ref[s, jnp.clip(back + K - 1, 0, K - 2), cols].astype(f32)
-      return jnp.where((back >= 0)[:, None], v, hv)
-
-    out = _output(plan, w_ref, bias_ref, cols, window)
-    own = (t < K - 1) & (t < rb_ref[s])
-    backend.store(post_out_ref.at[pl.ds(first_ref[s] * L, HR), cols],
-                  out.astype(post_out_ref.dtype), own[:, None])
 
 
 def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, valid, xbc, base, rb, conv0,
@@ -118,22 +88,11 @@ def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, valid, xbc, base, rb,
   tag = chunk_scan.kernel_tag(plan, seg)
   if slots.opens is not None:
     rb = jnp.where(slots.opens[:plan.S] > 0, rb, 0)          # its first rows are elsewhere
-  launch = lambda kernel, **kw: backend.pallas_call(
-      lambda **refs: kernel(**refs, plan=plan), num_warps=plan.tiles.conv_warps,
-      num_stages=1, interpret=plan.interpret, **kw)
-  post = launch(
-      _conv_kernel,
+  return backend.pallas_call(
+      lambda **refs: _conv_kernel(**refs, plan=plan),
       inputs=dict(xbc_ref=xbc, seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
-                  body_ref=slots.body, valid_ref=valid, w_ref=conv_weight,
-                  bias_ref=conv_bias),
+                  body_ref=slots.body, valid_ref=valid, base_ref=base, rb_ref=rb,
+                  head_ref=jnp.swapaxes(conv0, 1, 2), w_ref=conv_weight, bias_ref=conv_bias),
       outputs=dict(post_ref=jax.ShapeDtypeStruct((rows, C), plan.y_dtype)),
-      grid=(rows // plan.conv_rows, C // plan.conv_cols),
-      name=f"m2v_chunk_conv_{tag}")["post_ref"]
-  return launch(
-      _head_kernel,
-      inputs=dict(xbc_ref=xbc, base_ref=base, rb_ref=rb, first_ref=slots.first[:plan.S],
-                  head_ref=jnp.swapaxes(conv0, 1, 2), w_ref=conv_weight, bias_ref=conv_bias,
-                  post_ref=post),
-      outputs=dict(post_out_ref=jax.ShapeDtypeStruct(post.shape, post.dtype)),
-      aliases=dict(post_ref="post_out_ref"), grid=(plan.S, C // plan.conv_cols),
-      name=f"m2v_chunk_conv_head_{tag}")["post_out_ref"]
+      grid=(rows // plan.conv_rows, C // plan.conv_cols), num_warps=plan.tiles.conv_warps,
+      num_stages=1, interpret=plan.interpret, name=f"m2v_chunk_conv_{tag}")["post_ref"]

@@ -15,6 +15,8 @@
 #   btie:     bf16 prefills of B=8 sequences, serial against chunked at R=40..264: whether the
 #             B=1 threshold (dispatch.MIN_CHUNKED_ROWS_BF16, 160 body rows) holds at B=8 (~3 min).
 #   suite:    the whole GPU suite (16 workers, 540 s).
+#   headab:   the conv head launch merged into the body conv: chunked bf16 prefill at R=512
+#             and 4096 and the ragged suite, new / old / new (~4 min).
 #   copies:   XLA's large copies in a B=1 prefill's compiled step at R=512 and 4096, and the
 #             timeline, to name the `memcpy128` event (~2 min).
 #   order:    (needs out_order.patch applied) the output kernel's launch order (out_order 1: row blocks
@@ -87,6 +89,18 @@ copies)  # what the prefill's `memcpy128` is: XLA's copies in the compiled step,
     PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --prefill --mode=snapshot \
       --batch=1 --rows=$R --calls=1 --steps=2 --show=40 --copies > $O/copies_r$R.log 2>&1
     grep -E "^hlo|memcpy|per call" $O/copies_r$R.log | cut -c1-400
+  done
+  ;;
+headab)  # the body conv taking each opening block's taps from the conv state (no head launch),
+         # against the two launches: new, old (conv_head_merge.patch reverted), new
+  P=$D/conv_head_merge.patch
+  for turn in new1 old new2; do
+    [ $turn = old ] && { patch -p1 -R < $P > /dev/null || exit 1; }
+    [ $turn = new2 ] && { patch -p1 < $P > /dev/null || exit 1; }
+    PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill,ragged \
+      --lengths=512,4096 --prefill_cases=chunked --out=$O/headab_$turn.json \
+      > $O/headab_$turn.log 2>&1
+    echo "$turn"; grep -hE "^\| (snap|comp|chunk|packed|one|ragged)" $O/headab_$turn.log | sed -E "s/n=\[[^]]*\]//; s/n=\([^)]*\)//" | cut -c1-170
   done
   ;;
 suite)
