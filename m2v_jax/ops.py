@@ -114,7 +114,7 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   if ragged and backend == config_lib.REFERENCE:
     args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
     return dispatch.ragged_reference(cfg, params, state, args, num_rows, entries_checked)
-  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged)
+  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged, xbc.shape[0])
   args = status.CallArgs(xbc, dt, state_row, z, cache_indices, num_rows)  # defaults: in call
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=chunked,
                        ragged=ragged, chunk_tiles=chunk_tiles if chunked else None,

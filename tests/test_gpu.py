@@ -137,7 +137,9 @@ def test_bolt_compact_snapshot_bitwise(B, dtype):
   pair.accept([2] * B)
   pair.call(1)
   pair.accept([0] * B)
-  pair.call(200)         # a chunked prefill (192-row body: 3 chunks) from a pending window
+  # a chunked prefill from a pending window (B=1: a 192-row body, 3 chunks; B=4: 392 rows,
+  # past `dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED`)
+  pair.call(200 if B == 1 else 400)
   pair.accept(pair.random_rows())
   pair.call(8)
 

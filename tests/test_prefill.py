@@ -190,24 +190,29 @@ def test_chunk_tiles_are_checked(fields, match):
     m.ChunkTiles(**fields)
 
 
-@pytest.mark.parametrize("act, precision, min_rows", [
-    (jnp.bfloat16, None, dispatch.MIN_CHUNKED_ROWS_BF16),
-    (jnp.bfloat16, "highest", dispatch.MIN_CHUNKED_ROWS),
-    (jnp.float32, None, dispatch.MIN_CHUNKED_ROWS_F32),
-    (jnp.float32, "tf32", dispatch.MIN_CHUNKED_ROWS_F32),
-    (jnp.float32, "bf16", dispatch.MIN_CHUNKED_ROWS_BF16),
-    (jnp.bfloat16, "tf32", dispatch.MIN_CHUNKED_ROWS),
-    (jnp.float16, None, dispatch.MIN_CHUNKED_ROWS)])
-def test_prefill_path_by_body_rows(act, precision, min_rows):
+@pytest.mark.parametrize("act, precision, batch, min_rows", [
+    (jnp.bfloat16, None, 1, dispatch.MIN_CHUNKED_ROWS_BF16),
+    (jnp.bfloat16, None, 8, dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED),
+    (jnp.bfloat16, "highest", 1, dispatch.MIN_CHUNKED_ROWS),
+    (jnp.bfloat16, "highest", 8, dispatch.MIN_CHUNKED_ROWS),
+    (jnp.float32, None, 2, dispatch.MIN_CHUNKED_ROWS_F32),
+    (jnp.float32, "tf32", 1, dispatch.MIN_CHUNKED_ROWS_F32),
+    (jnp.float32, "bf16", 1, dispatch.MIN_CHUNKED_ROWS_BF16),
+    (jnp.float32, "bf16", 2, dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED),
+    (jnp.bfloat16, "tf32", 1, dispatch.MIN_CHUNKED_ROWS),
+    (jnp.float16, None, 1, dispatch.MIN_CHUNKED_ROWS)])
+def test_prefill_path_by_body_rows(act, precision, batch, min_rows):
   """A Bolt prefill takes the chunked path from its threshold of body rows on, by activation
-  dtype and product precision; `chunked` given overrides it."""
+  dtype, product precision and (bf16 products) batch; `chunked` given overrides it."""
   cfg = m.BOLT.replace(prefill_precision=precision)
   cap = cfg.capacity
-  assert not dispatch.use_chunked(cfg, "pallas", cap + min_rows - 1, None, act)
-  assert dispatch.use_chunked(cfg, "pallas", cap + min_rows, None, act)
-  assert dispatch.use_chunked(cfg, "pallas", cap + 1, True, act)
-  assert not dispatch.use_chunked(cfg, "pallas", cap + min_rows, False, act)
-  assert not dispatch.use_chunked(cfg, "reference", cap + min_rows, None, act)
+  use = lambda R, chunked=None, backend="pallas": dispatch.use_chunked(
+      cfg, backend, R, chunked, act, batch=batch)
+  assert not use(cap + min_rows - 1)
+  assert use(cap + min_rows)
+  assert use(cap + 1, True)
+  assert not use(cap + min_rows, False)
+  assert not use(cap + min_rows, backend="reference")
 
 
 def test_a_ragged_call_off_the_chunked_path_is_rejected():
@@ -367,7 +372,8 @@ class PrefillChecks:
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
-    for name in ("MIN_CHUNKED_ROWS", "MIN_CHUNKED_ROWS_BF16", "MIN_CHUNKED_ROWS_F32"):
+    for name in ("MIN_CHUNKED_ROWS", "MIN_CHUNKED_ROWS_BF16", "MIN_CHUNKED_ROWS_BF16_BATCHED",
+                 "MIN_CHUNKED_ROWS_F32"):
       monkeypatch.setattr(dispatch, name, 1)                # chunked from R = cap + 1
     pair = Pair(self.backend, seed=21, B=2, cfg=small_cfg(headdim=16))
     pair.call(8)
