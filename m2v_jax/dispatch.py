@@ -37,9 +37,9 @@ f32 = jnp.float32
 # activations; and float32 activations (not bf16 products), whose serial products take more
 # passes. Measured at B=1 with bf16 or float32 activations; tf32 products and float16
 # activations share the figure of their activations' width (not measured on their own).
-# With bf16 products and B >= 2 the verify kernels' programs fill more of the GPU and the
-# tie moves to between 352 and 392 body rows (B=2, 4, 8 on the H100, BENCHMARKS.md,
-# "Session 39"): `MIN_CHUNKED_ROWS_BF16_BATCHED`.
+# With bf16 products and B >= 2 the verify kernels' programs fill more of the GPU: at B=4
+# and 8 (H100) the serial path is faster up to 352 body rows and the chunked one from 392
+# on, B=2 measured up to 352 (BENCHMARKS.md, "Session 39"): `MIN_CHUNKED_ROWS_BF16_BATCHED`.
 MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 160
 MIN_CHUNKED_ROWS_BF16_BATCHED = 360
@@ -63,9 +63,10 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   """Whether a prefill of `batch` sequences of R rows runs its body through the chunked scan:
   `chunked` if given, else on the kernel backends for bodies of at least `MIN_CHUNKED_ROWS`
   (with bf16 products `MIN_CHUNKED_ROWS_BF16` at B=1, `MIN_CHUNKED_ROWS_BF16_BATCHED` above;
-  `MIN_CHUNKED_ROWS_F32` with float32 activations and other products). A ragged prefill
-  (`num_rows` with R > capacity) must take it. Raises ValueError where the path asked for
-  cannot run."""
+  `MIN_CHUNKED_ROWS_F32` with float32 activations and other products). `batch` counts the
+  call's sequences (padding entries too; under `sharding.sharded`, one device's). A ragged
+  prefill (`num_rows` with R > capacity) must take it. Raises ValueError where the path asked
+  for cannot run."""
   runs = chunk_scan.supported(cfg) or backend == config_lib.INTERPRET
   if chunked and not runs and backend == config_lib.PALLAS:
     raise ValueError(f"chunked: {_UNSUPPORTED.format(cfg=cfg)}")

@@ -83,8 +83,9 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   Snapshot slot s then holds the state after row R - S + s (R > S) or s; compact mode folds at
   `state_row`, commits rows 0..R-capacity-1 and keeps the last rows pending. Those body rows
   run through the chunked SSD scan when `chunked` (default `dispatch.use_chunked`: bodies of
-  160 rows or more with bf16 products, 40 with float32 activations and other products, 400
-  with 16-bit activations and "highest" or tf32 products), products at
+  160 rows or more with bf16 products, 360 in a call of two or more sequences, 40 with
+  float32 activations and other products, 400 with 16-bit activations and "highest" or tf32
+  products), products at
   `cfg.prefill_precision`,
   else through the verify kernels in segments of `TileConfig.body_rows` rows, each folded in
   one float32-accurate product; the last capacity rows through the verify kernels. With `num_rows`
@@ -114,7 +115,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   if ragged and backend == config_lib.REFERENCE:
     args = status.call_args(xbc, dt, state_row, z, cache_indices, num_rows)
     return dispatch.ragged_reference(cfg, params, state, args, num_rows, entries_checked)
-  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged, xbc.shape[0])
+  chunked = dispatch.use_chunked(cfg, backend, R, chunked, xbc.dtype, ragged,
+                                 batch=xbc.shape[0])
   args = status.CallArgs(xbc, dt, state_row, z, cache_indices, num_rows)  # defaults: in call
   return dispatch.call(params, state, args, cfg=cfg, backend=backend, chunked=chunked,
                        ragged=ragged, chunk_tiles=chunk_tiles if chunked else None,

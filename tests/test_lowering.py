@@ -175,9 +175,9 @@ def test_chunked_prefill_lowers(mode, B, R, z, segments):
 
 def test_segments_share_compiled_kernels():
   """A Bolt bf16 prefill of 8192 rows runs in four segments; its 19 Triton launches hold 13
-  distinct kernels (XLA compiles each distinct custom call once): the conv and C·Bᵀ two (the last segment's slot table is longer), the output and
-  the fused pass three (the first segment has no y or carried state in, the last no state
-  out), beside the verify tail's three."""
+  distinct kernels (XLA compiles each distinct custom call once): the conv and C·Bᵀ two (the
+  last segment's slot table is longer), the output and the fused pass three (the first segment
+  has no y or carried state in, the last no state out), beside the verify tail's three."""
   cfg = m.BOLT
   plan = dispatch.chunk_plan(cfg, "pallas", m.state_shapes(cfg, 1), 8192, 1, jnp.bfloat16,
                              False, 8192 - cfg.capacity)
@@ -315,3 +315,4 @@ def test_body_rows_lower(mode, z, body_rows, R, capacity):
       lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles), *args,
       donate_argnums=(1,))
   assert text.count("__gpu$xla.gpu.triton") == 2
+

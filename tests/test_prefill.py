@@ -215,6 +215,21 @@ def test_prefill_path_by_body_rows(act, precision, batch, min_rows):
   assert not use(cap + min_rows, backend="reference")
 
 
+@pytest.mark.parametrize("B", [1, 3])
+def test_prefill_passes_its_batch_to_the_path_choice(monkeypatch, B):
+  """`prefill` asks `dispatch.use_chunked` with its call's sequence count."""
+  seen = []
+  choose = dispatch.use_chunked
+  monkeypatch.setattr(dispatch, "use_chunked",
+                      lambda *a, **kw: seen.append(kw.get("batch")) or choose(*a, **kw))
+  cfg = small_cfg()
+  rng = np.random.default_rng(3)
+  xbc, dt = inputs(cfg, B, cfg.capacity + 4, rng=rng)
+  m.prefill(cfg, m.random_params(cfg), random_state(cfg, B, rng=rng), xbc, dt,
+            np.zeros(B, np.int32), backend="reference")
+  assert seen == [B]
+
+
 def test_a_ragged_call_off_the_chunked_path_is_rejected():
   """`dispatch.call` hands a ragged prefill off at num_rows only on the chunked path."""
   cfg = small_cfg()

@@ -103,10 +103,10 @@ for s in $STAGES; do
           --launch-skip ${M2V_NCU_SKIP:-2} --launch-count ${M2V_NCU_COUNT:-2} --metrics "$NCU_METRICS" \
           $PY tools/profile_call.py --mode="$mode" --batch=32 --calls=1 ${M2V_PROFILE_ARGS:-}
       done ;;
-    ncu_chunk)  # the chunked prefill's 11 launches at R=4096 (bf16): per segment (two) conv,
-      # conv head, fused chunk states and passing, C·Bᵀ, output; then the tails' y rows
+    ncu_chunk)  # the chunked prefill's 9 launches at R=4096 (bf16): per segment (two) conv,
+      # fused chunk states and passing, C·Bᵀ, output; then the tails' y rows
       XLA_PYTHON_CLIENT_PREALLOCATE=false stage ncu_chunk 150 ncu --clock-control none --kernel-name regex:m2v_chunk \
-        --launch-skip 11 --launch-count 11 --metrics "$NCU_METRICS" \
+        --launch-skip 9 --launch-count 9 --metrics "$NCU_METRICS" \
         $PY tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=1 \
         ${M2V_PROFILE_ARGS:-} ;;
     *) echo "unknown stage $s"; status=1 ;;

@@ -109,8 +109,8 @@ def main(argv):
     if FLAGS.tree:
       raise app.UsageError("--prefill: a draft tree is a verify call")
     rows = jnp.zeros((B,), jnp.int32)
-  chunked = FLAGS.prefill and dispatch.use_chunked(cfg, backend, R, None, jnp.bfloat16,
-                                                         batch=B)
+  chunked = FLAGS.prefill and dispatch.use_chunked(
+      cfg, backend, R, None, jnp.bfloat16, batch=B)
 
   parents = None
   if FLAGS.tree:

@@ -16,9 +16,9 @@ f32 = jnp.float32
 INTERPRET_UNROLL = 8     # body-conv rows per loop step interpreted (compiled: all of a block's)
 
 
-def _weights(plan, w_ref, bias_ref, cols, rows=False):
-  """The K taps and the bias of channels `cols` as float32, each [BC] ([1, BC] with `rows`)."""
-  load = lambda v: v.astype(f32)[None, :] if rows else v.astype(f32)
+def _weights(plan, w_ref, bias_ref, cols):
+  """The K taps and the bias of channels `cols` as float32, each [BC]."""
+  load = lambda v: v.astype(f32)
   return [load(w_ref[cols, k]) for k in range(plan.cfg.d_conv)], load(bias_ref[cols])
 
 
