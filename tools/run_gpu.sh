@@ -60,8 +60,10 @@ stage() {  # stage NAME DEFAULT_LIMIT_S COMMAND...
   $PY -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
   git log -1 --format='commit %H %s' 2>/dev/null
   # The code that ran (the device's git metadata may predate the working tree it got): compare
-  # with `cat m2v_jax/*.py m2v_jax/kernels/*.py | sha1sum` at a commit.
-  echo "m2v_jax sources sha1 $(cat m2v_jax/*.py m2v_jax/kernels/*.py | sha1sum | cut -c1-40)"
+  # with `LC_ALL=C; cat m2v_jax/*.py m2v_jax/kernels/*.py | sha1sum` at a commit (the C
+  # locale's file order; the device's own locale sorts the globs otherwise).
+  echo "m2v_jax sources sha1 $(export LC_ALL=C; cat m2v_jax/*.py m2v_jax/kernels/*.py \
+    | sha1sum | cut -c1-40)"
 } 2>&1 | tee "$OUT/device.txt"
 for s in $STAGES; do
   case $s in

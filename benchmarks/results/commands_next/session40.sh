@@ -1,0 +1,50 @@
+#!/bin/bash
+# For the next session, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session40.sh CALL
+# Each case writes under $OUT (lib.sh: `run`, `rows`). Predictions: ../session39/README.md ("Next").
+#   lead:     the serial (verify-kernel) bf16 prefill at lengths whose body ends in a partial
+#             32-row segment that runs first (`lead` in verify_ssm.py: 0 < body % 32 < 24)
+#             against lengths without one: B=8 R=360,392,400,416,424 and B=1
+#             R=40,48,56,64,72,104,110; with `rem_last.patch` (that segment always last) at B=8
+#             R=392,400,416, then without it again; ncu of the SSM launch at B=8 R=392 and 400
+#             (~7 min).
+#   h200tree: on an H200 only (as session39.sh h200tree).
+#   suite:    the whole GPU suite (16 workers, 540 s).
+set -u
+D=$(dirname "$0")
+source "$D/lib.sh"
+case "${1:-lead}" in
+lead)
+  for spec in "8 360,392,400,416,424" "1 40,48,56,64,72,104,110"; do
+    set -- $spec
+    PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill \
+      --prefill_batch=$1 --lengths=$2 --prefill_cases=serial --out=$O/lead_b$1.json \
+      > $O/lead_b$1.log 2>&1
+    grep -hE "^\| snap" $O/lead_b$1.log | cut -c1-110
+  done
+  # rem_last.patch: the partial segment always last (scratch padded to its tile), old/new/old
+  P=$D/rem_last.patch
+  for turn in patched old2; do
+    [ $turn = patched ] && { patch -p1 < $P > /dev/null || exit 1; }
+    [ $turn = old2 ] && { patch -p1 -R < $P > /dev/null || exit 1; }
+    PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill \
+      --prefill_batch=8 --lengths=392,400,416 --prefill_cases=serial --out=$O/lead_$turn.json \
+      > $O/lead_$turn.log 2>&1
+    echo "$turn"; grep -hE "^\| snap" $O/lead_$turn.log | cut -c1-110
+  done
+  for R in 392 400; do
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu --clock-control none \
+      --kernel-name regex:m2v_ssm --launch-skip 0 --launch-count 1 \
+      --metrics gpu__time_duration.sum,sm__inst_executed.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,dram__bytes.sum \
+      python3 tools/profile_call.py --prefill --nochunked --mode=snapshot --batch=8 --rows=$R \
+      --calls=1 > $O/ncu_lead_r$R.log 2>&1
+    echo "R=$R"; grep -E "^  m2v|gpu__time|inst_exec|registers|warps_active|local_op|dram__" $O/ncu_lead_r$R.log
+  done
+  ;;
+h200tree)
+  bash $D/session39.sh h200tree
+  ;;
+suite)
+  run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
+  grep -E "passed|failed|FAILED|ERROR|=== gpu|s call" $O/suite.txt | tail -25
+  ;;
+esac
