@@ -85,8 +85,7 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   run through the chunked SSD scan when `chunked` (default `dispatch.use_chunked`: bodies of
   160 rows or more with bf16 products, 360 in a call of two or more sequences, 40 with
   float32 activations and other products, 400 with 16-bit activations and "highest" or tf32
-  products), products at
-  `cfg.prefill_precision`,
+  products), products at `cfg.prefill_precision`,
   else through the verify kernels in segments of `TileConfig.body_rows` rows, each folded in
   one float32-accurate product; the last capacity rows through the verify kernels. With `num_rows`
   each sequence hands off as a prefill of its own n rows (ragged).

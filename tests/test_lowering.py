@@ -315,4 +315,3 @@ def test_body_rows_lower(mode, z, body_rows, R, capacity):
       lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles), *args,
       donate_argnums=(1,))
   assert text.count("__gpu$xla.gpu.triton") == 2
-

@@ -51,7 +51,8 @@ def _define_flags():
                     "`dispatch.call` with the default path (chunked or not) and tiles, every "
                     "sequence from its state after the previous call's row 0")
   flags.DEFINE_bool("copies", False, "also print the compiled step's copy and "
-                    "dynamic-update-slice instructions (XLA's HLO), with their shapes")
+                    "dynamic-update-slice instructions of 65,536 elements or more (XLA's "
+                    "HLO, from a separate compile of the step), with their shapes")
   flags.DEFINE_integer("show", 12, "device events printed, from the last traced step")
   flags.DEFINE_enum("geometry", "bolt", ["bolt", "small"], "bolt, or a small one for a CPU run "
                     "(kernels interpreted)")

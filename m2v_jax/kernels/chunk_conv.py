@@ -18,8 +18,8 @@ INTERPRET_UNROLL = 8     # body-conv rows per loop step interpreted (compiled: a
 
 def _weights(plan, w_ref, bias_ref, cols):
   """The K taps and the bias of channels `cols` as float32, each [BC]."""
-  load = lambda v: v.astype(f32)
-  return [load(w_ref[cols, k]) for k in range(plan.cfg.d_conv)], load(bias_ref[cols])
+  return ([w_ref[cols, k].astype(f32) for k in range(plan.cfg.d_conv)],
+          bias_ref[cols].astype(f32))
 
 
 def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, base_ref, rb_ref,
