@@ -7,6 +7,11 @@
 #             R=40,48,56,64,72,104,110; with `rem_last.patch` (that segment always last) at B=8
 #             R=392,400,416, then without it again; ncu of the SSM launch at B=8 R=392 and 400
 #             (~7 min).
+#   seg:      the serial bf16 prefill with a body's partial segment run as the last whole
+#             segment, its first rows left out (the library now; `overlap_last.patch` is that
+#             change, reverted for the A/B): new B=8 R=392,400,416,424 and B=1
+#             R=40,48,56,64,72,104,110, old then new again at B=8 R=400,416 and B=1 R=56,64;
+#             then serial against chunked at B=1 R=136..216 and B=2/4/8 R=400..656 (~8 min).
 #   h200tree: on an H200 only (as session39.sh h200tree).
 #   suite:    the whole GPU suite (16 workers, 540 s).
 set -u
@@ -39,6 +44,22 @@ lead)
       --calls=1 > $O/ncu_lead_r$R.log 2>&1
     echo "R=$R"; grep -E "^  m2v|gpu__time|inst_exec|registers|warps_active|local_op|dram__" $O/ncu_lead_r$R.log
   done
+  ;;
+seg)
+  ser() {  # ser NAME BATCH LENGTHS [CASES]
+    PYTHONPATH=$PWD timeout -k 5 ${T:-150} python3 benchmarks/bench.py --suites=prefill \
+      --prefill_batch=$2 --lengths=$3 --prefill_cases=${4:-serial} --out=$O/$1.json \
+      > $O/$1.log 2>&1
+    echo "$1"; grep -hE "^\| (snap|chunk)" $O/$1.log | cut -c1-100
+  }
+  ser new_b8 8 392,400,416,424; ser new_b1 1 40,48,56,64,72,104,110
+  P=$D/overlap_last.patch
+  patch -p1 -R < $P > /dev/null || exit 1
+  ser old_b8 8 400,416; ser old_b1 1 56,64
+  patch -p1 < $P > /dev/null || exit 1
+  ser new2_b8 8 400,416; ser new2_b1 1 56,64
+  T=200 ser tie_b1 1 136,150,184,216 serial,chunked
+  for B in 8 4 2; do T=200 ser tie_b$B $B 400,464,528,592,656 serial,chunked; done
   ;;
 h200tree)
   bash $D/session39.sh h200tree
