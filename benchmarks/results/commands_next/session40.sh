@@ -12,11 +12,28 @@
 #             change, reverted for the A/B): new B=8 R=392,400,416,424 and B=1
 #             R=40,48,56,64,72,104,110, old then new again at B=8 R=400,416 and B=1 R=56,64;
 #             then serial against chunked at B=1 R=136..216 and B=2/4/8 R=400..656 (~8 min).
+#   ovl:      the overlapped last segment inside the loop against a copy after it
+#             (`overlap_copy.patch`): B=8 R=392,400,424 and B=1 R=56,64,72, new/copy/new, and
+#             ncu of the SSM launch at B=8 (~6 min).
 #   h200tree: on an H200 only (as session39.sh h200tree).
 #   suite:    the whole GPU suite (16 workers, 540 s).
 set -u
 D=$(dirname "$0")
 source "$D/lib.sh"
+ser() {  # ser NAME BATCH LENGTHS [CASES]: the prefill suite's rows
+  PYTHONPATH=$PWD timeout -k 5 ${T:-150} python3 benchmarks/bench.py --suites=prefill \
+    --prefill_batch=$2 --lengths=$3 --prefill_cases=${4:-serial} --out=$O/$1.json \
+    > $O/$1.log 2>&1
+  echo "$1"; grep -hE "^\| (snap|chunk)" $O/$1.log | cut -c1-100
+}
+sncu() {  # sncu NAME BATCH ROWS: ncu of the serial prefill's SSM launch
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu --clock-control none \
+    --kernel-name regex:m2v_ssm --launch-skip 0 --launch-count 1 \
+    --metrics gpu__time_duration.sum,sm__inst_executed.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,dram__bytes.sum \
+    python3 tools/profile_call.py --prefill --nochunked --mode=snapshot --batch=$2 --rows=$3 \
+    --calls=1 > $O/$1.log 2>&1
+  echo "$1"; grep -E "^  m2v|gpu__time|inst_exec|registers|warps_active|local_op|dram__" $O/$1.log
+}
 case "${1:-lead}" in
 lead)
   for spec in "8 360,392,400,416,424" "1 40,48,56,64,72,104,110"; do
@@ -46,12 +63,6 @@ lead)
   done
   ;;
 seg)
-  ser() {  # ser NAME BATCH LENGTHS [CASES]
-    PYTHONPATH=$PWD timeout -k 5 ${T:-150} python3 benchmarks/bench.py --suites=prefill \
-      --prefill_batch=$2 --lengths=$3 --prefill_cases=${4:-serial} --out=$O/$1.json \
-      > $O/$1.log 2>&1
-    echo "$1"; grep -hE "^\| (snap|chunk)" $O/$1.log | cut -c1-100
-  }
   ser new_b8 8 392,400,416,424; ser new_b1 1 40,48,56,64,72,104,110
   P=$D/overlap_last.patch
   patch -p1 -R < $P > /dev/null || exit 1
@@ -60,6 +71,22 @@ seg)
   ser new2_b8 8 400,416; ser new2_b1 1 56,64
   T=200 ser tie_b1 1 136,150,184,216 serial,chunked
   for B in 8 4 2; do T=200 ser tie_b$B $B 400,464,528,592,656 serial,chunked; done
+  ;;
+ovl)
+  # The overlapped last segment in the loop (the library) against it as a copy after the loop
+  # (`overlap_copy.patch`): new, copy, new; then ncu of both. Logs packed in ovl.tgz.
+  O0=$O; O=$O/ovl; mkdir -p $O
+  P=$D/overlap_copy.patch
+  for turn in new copy new2; do
+    [ $turn = copy ] && { patch -p1 < $P > /dev/null || exit 1; }
+    [ $turn = new2 ] && { patch -p1 -R < $P > /dev/null || exit 1; }
+    ser ${turn}_b8 8 392,400,424; ser ${turn}_b1 1 56,64,72
+  done
+  sncu ncu_new_b8_r400 8 400; sncu ncu_new_b8_r424 8 424
+  patch -p1 < $P > /dev/null || exit 1
+  sncu ncu_copy_b8_r400 8 400
+  patch -p1 -R < $P > /dev/null || exit 1
+  tar czf $O0/ovl.tgz -C $O0 ovl && rm -r $O
   ;;
 h200tree)
   bash $D/session39.sh h200tree
