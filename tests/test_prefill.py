@@ -618,19 +618,23 @@ def test_body_rows_fold_each_body_segment_in_one_product(backend):
 def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
   """Long calls on the verify kernels at segment layouts the Bolt tests do not reach: a
   capacity below its tile rows (KT=8 > 5: the kept rows' y stored row by row), row-by-row
-  bodies (`body_rows=0`), a partial body segment run first (capacity 12, R=60: 16 + 32 rows)
-  and a short body in one 16-row product (R=20); against the reference within float32
-  rounding, modes bitwise, rows past `num_rows` zero."""
+  bodies (`body_rows=0`), bodies that end in a partial segment (capacity 12, R=60: 32 + 16
+  rows; capacity 5, R=45: 32 + 8), run as a whole segment ending at the body's end with its
+  first rows left out, and a short body in one 16-row product (R=20); `num_rows` ending in
+  the kept rows and inside the body (rows 20 and 36: before and within such a last
+  segment's own rows); against the reference within float32 rounding, modes bitwise, rows
+  past `num_rows` zero."""
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
   snap = small_cfg(capacity=capacity)
   comp = snap.replace(replay_mode="compact")
   p = m.random_params(snap, 7)
   rng = np.random.default_rng(7)
-  B = 2
+  num_rows = np.array([R, R - 3, min(20, R - 1), min(36, R - 2)])
+  B = len(num_rows)
   tiles = dataclasses.replace(m.tile_config(snap, B), body_rows=body_rows)
   xbc, dt = inputs(snap, B, R, jnp.float32, rng=rng)
   z = jnp.asarray(rng.normal(size=(B, R, snap.d_inner)), jnp.float32) if gated else None
-  args = status.call_args(xbc, dt, np.zeros(B, np.int32), z, num_rows=np.array([R, R - 3]))
+  args = status.call_args(xbc, dt, np.zeros(B, np.int32), z, num_rows=num_rows)
   out = {c.replay_mode: kern(c, "interpret", p, m.init_state(c, B, jnp.float32), args, tiles)
          for c in (snap, comp)}
   what = f"capacity={capacity} body_rows={body_rows} R={R}"
@@ -638,7 +642,9 @@ def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
   y_ref, st_ref = reference.snapshot_call(snap, p, m.init_state(snap, B, jnp.float32), args)
   assert_close(out["snapshot"][0], y_ref, 1e-5, f"y against the reference, {what}")
   assert_close(out["snapshot"][1].ssm, st_ref.ssm, 1e-5, f"ssm against the reference, {what}")
-  assert not np.any(np.asarray(out["snapshot"][0])[1, R - 3:]), f"rows past num_rows, {what}"
-  committed = [m.committed_state(c, p, out[c.replay_mode][1], [capacity - 1, capacity - 4],
-                                 backend="interpret")[0] for c in (snap, comp)]
+  for i, n in enumerate(num_rows):
+    assert not np.any(np.asarray(out["snapshot"][0])[i, n:]), f"rows past num_rows, {what}"
+  # The sequences that reach the kept rows (a call ending in its body hands off nothing).
+  committed = [m.committed_state(c, p, out[c.replay_mode][1], [capacity - 1, capacity - 4, 0, 0],
+                                 backend="interpret")[0][:2] for c in (snap, comp)]
   assert_bitwise(committed[0], committed[1], f"committed ssm, {what}")

@@ -99,26 +99,30 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     dtv = dtr_ref[rows + (h,)]
     return x, bm, cm, dtv, [dtr_ref[b, t0 + k, h] for k in range(0 if plan.tree else L)]
 
-  def segment_live(t0, L, K):
-    """[K] bool: the tile's rows that are among the segment's L and before num_rows."""
+  def segment_live(t0, L, K, lo=0):
+    """[K] bool: the tile's rows from `lo` that are among the segment's L and before
+    num_rows."""
     ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
-    return (ks < L) & (t0 + ks < n)
+    live = (ks < L) & (t0 + ks < n)
+    return live if isinstance(lo, int) and not lo else live & (ks >= lo)
 
-  def segment_cum(t0, dts, K):
-    """[K]: `dual.log_decay` of the segment's dt·A (0 past num_rows)."""
-    return dual.log_decay([jnp.where(t0 + k < n, d * A, 0.0) for k, d in enumerate(dts)], K)
+  def segment_cum(t0, dts, K, lo=0):
+    """[K]: `dual.log_decay` of the segment's dt·A (0 before row `lo` and past num_rows)."""
+    def on(k):
+      return (t0 + k < n) if isinstance(lo, int) and not lo else (t0 + k < n) & (k >= lo)
+    return dual.log_decay([jnp.where(on(k), d * A, 0.0) for k, d in enumerate(dts)], K)
 
-  def segment_y(S, t0, L, tiles=None, held=f32, whole=False):
+  def segment_y(S, t0, L, tiles=None, held=f32, whole=False, lo=0):
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated.
     `whole`: the tiles' K rows are the segment's L (a full body segment). y is stored as one
     tile where the tile's rows lie within the call (rows past the segment's L masked off),
-    else row by row."""
+    else row by row. With `lo`, rows before t0 + lo are left out (neither run nor stored)."""
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
-    K, live = x.shape[0], segment_live(t0, L, x.shape[0])
+    K, live = x.shape[0], segment_live(t0, L, x.shape[0], lo)
     if plan.tree:                      # t0 == 0: the conv launch's path sums
       anc, cum = dual.ancestors(bits_ref[b, pl.ds(0, KT)], KT), cum_ref[b, pl.ds(0, KT), h]
     else:
-      anc, cum = None, segment_cum(t0, dts, K)
+      anc, cum = None, segment_cum(t0, dts, K, lo)
     y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, K]
     if whole or (isinstance(t0, int) and t0 + K <= R):
       at = (b, pl.ds(t0, K), xcols)
@@ -126,10 +130,14 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       if plan.has_z:
         yt = rowmath.gate(yt, z_ref[at].astype(f32))
       yt = jnp.where(live[:, None], yt, 0.0).astype(y_ref.dtype)
-      if L == K:
-        y_ref[at] = yt
-      else:                            # the tile's rows past L belong to the next segment
-        backend.store(y_ref.at[at], yt, (lax.broadcasted_iota(jnp.int32, (K, 1), 0) < L))
+      ks = lax.broadcasted_iota(jnp.int32, (K, 1), 0)
+      if isinstance(lo, int) and not lo:
+        if L == K:
+          y_ref[at] = yt
+        else:                          # the tile's rows past L belong to the next segment
+          backend.store(y_ref.at[at], yt, ks < L)
+      else:                            # the tile's rows before lo belong to the last segment
+        backend.store(y_ref.at[at], yt, (ks >= lo) & (ks < L))
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, K), 1)
 
@@ -141,13 +149,13 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
 
     backend.static_loop(L, store_row, plan.interpret)
 
-  def fold_segment(S, t0, L, tiles):
-    """The state after rows t0 .. t0 + L - 1 (those before num_rows) from S in one product
+  def fold_segment(S, t0, L, tiles, lo=0):
+    """The state after rows t0 + lo .. t0 + L - 1 (those before num_rows) from S in one product
     (the SSD dual form): exp(c) S + sum_k dt_k exp(c - cum_k) x_k B_kᵀ, with cum the
     running sum of dt·A over the rows (`dual.log_decay`) and c its last entry."""
     x, bm, _, dtv, dts = tiles
     K = x.shape[0]
-    live, cum = segment_live(t0, L, K), segment_cum(t0, dts, K)
+    live, cum = segment_live(t0, L, K, lo), segment_cum(t0, dts, K, lo)
     c = jnp.sum(jnp.where(lax.broadcasted_iota(jnp.int32, (K,), 0) == L - 1, cum, 0.0))
     w = jnp.where(live, dtv * jnp.exp(c - cum), 0.0)                    # [K]
     xw = jnp.where(live[:, None], x, 0.0) * w[:, None]                  # [K, BP]
@@ -319,19 +327,28 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       tk = seg if folded else KT       # rows of its tiles
       full, rem = divmod(body, seg)
 
-      def body_segment(t0, L, S):
+      def body_segment(t0, L, S, lo=0):
         tiles = segment_tiles(t0, L, tk)
-        segment_y(S, t0, L, tiles, whole=folded and L == seg)
-        return fold_segment(S, t0, L, tiles) if folded else new_rows(S, t0, L, None)
+        segment_y(S, t0, L, tiles, whole=folded and L == seg, lo=lo)
+        return fold_segment(S, t0, L, tiles, lo) if folded else new_rows(S, t0, L, None)
 
-      # A partial segment runs last, or first where, run last, its tiles would pass row R.
-      lead = rem if full * seg + tk > R else 0
-      if lead:
-        S = body_segment(0, lead, S)
-      if full:
-        S = lax.fori_loop(0, full, lambda j, S: body_segment(lead + j * seg, seg, S), S)
-      if rem and not lead:
-        S = body_segment(full * seg, rem, S)
+      if folded and full and rem:
+        # One loop of whole segments; the last one ends at the body's end and runs only its
+        # last `rem` rows (one copy of the segment code: a partial copy beside the loop took
+        # up to 1.4x the call's time, BENCHMARKS.md "Session 40").
+        def overlapped(j, S):
+          t0 = jnp.minimum(j * seg, body - seg)
+          return body_segment(t0, seg, S, lo=j * seg - t0)
+        S = lax.fori_loop(0, full + 1, overlapped, S)
+      else:
+        # A partial segment runs last, or first where, run last, its tiles would pass row R.
+        lead = rem if full * seg + tk > R else 0
+        if lead:
+          S = body_segment(0, lead, S)
+        if full:
+          S = lax.fori_loop(0, full, lambda j, S: body_segment(lead + j * seg, seg, S), S)
+        if rem and not lead:
+          S = body_segment(full * seg, rem, S)
       S = rounded(S)
       if plan.compact:
         store_state(S)
