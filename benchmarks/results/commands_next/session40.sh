@@ -15,7 +15,8 @@
 #   ovl:      the overlapped last segment inside the loop against a copy after it
 #             (`overlap_copy.patch`): B=8 R=392,400,424 and B=1 R=56,64,72, new/copy/new, and
 #             ncu of the SSM launch at B=8 (~6 min).
-#   h200tree: on an H200 only (as session39.sh h200tree).
+#   h200tree: on an H200 as session39.sh h200tree; on an H100, ncu sections of the B=1 R=37
+#             serial prefill's SSM and conv launches instead.
 #   suite:    the whole GPU suite (16 workers, 540 s).
 set -u
 D=$(dirname "$0")
@@ -89,7 +90,19 @@ ovl)
   tar czf $O0/ovl.tgz -C $O0 ovl && rm -r $O
   ;;
 h200tree)
-  bash $D/session39.sh h200tree
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    bash $D/session39.sh h200tree
+  else  # an H100: ncu sections of the B=1 R=37 serial prefill's two launches instead
+    for k in m2v_ssm m2v_conv; do
+      PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 120 ncu \
+        --clock-control none --kernel-name regex:$k --launch-skip 0 --launch-count 1 \
+        --section SpeedOfLight --section LaunchStats --section Occupancy \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+        python3 tools/profile_call.py --prefill --nochunked --mode=snapshot --batch=1 \
+        --rows=37 --calls=1 > $O/r37_$k.log 2>&1
+      echo "$k"; grep -E "^  m2v|Duration|Registers|Achieved Occ|Theoretical Occ|Memory Through|DRAM Through|Compute \(SM\)|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|Block Limit|Waves" $O/r37_$k.log | head -40
+    done
+  fi
   ;;
 suite)
   run suite M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-540}
