@@ -15,6 +15,7 @@
 #   ovl:      the overlapped last segment inside the loop against a copy after it
 #             (`overlap_copy.patch`): B=8 R=392,400,424 and B=1 R=56,64,72, new/copy/new, and
 #             ncu of the SSM launch at B=8 (~6 min).
+#   convc:    B=1 bf16 serial prefill at R=20,37,72,136 with 16-64 conv channels a program.
 #   h200tree: on an H200 as session39.sh h200tree; on an H100, ncu sections of the B=1 R=37
 #             serial prefill's SSM and conv launches instead.
 #   suite:    the whole GPU suite (16 workers, 540 s).
@@ -23,7 +24,7 @@ D=$(dirname "$0")
 source "$D/lib.sh"
 ser() {  # ser NAME BATCH LENGTHS [CASES]: the prefill suite's rows
   PYTHONPATH=$PWD timeout -k 5 ${T:-150} python3 benchmarks/bench.py --suites=prefill \
-    --prefill_batch=$2 --lengths=$3 --prefill_cases=${4:-serial} --out=$O/$1.json \
+    --prefill_batch=$2 --lengths=$3 --prefill_cases=${4:-serial} --out=$O/$1.json ${5:-} \
     > $O/$1.log 2>&1
   echo "$1"; grep -hE "^\| (snap|chunk)" $O/$1.log | cut -c1-100
 }
@@ -88,6 +89,11 @@ ovl)
   sncu ncu_copy_b8_r400 8 400
   patch -p1 -R < $P > /dev/null || exit 1
   tar czf $O0/ovl.tgz -C $O0 ovl && rm -r $O
+  ;;
+convc)
+  # B=1 bf16 serial prefill: the conv launch's channels per program (81 programs at 128)
+  T=240 ser convc 1 20,37,72,136 serial --serial_tiles=32:4:64:block_c=32,32:4:64:block_c=32:prep_warps=1,32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=16:prep_warps=1
+  grep -hE "^\| snap" $O/convc.log | cut -c1-140
   ;;
 h200tree)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
