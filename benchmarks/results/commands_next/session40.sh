@@ -16,6 +16,9 @@
 #             (`overlap_copy.patch`): B=8 R=392,400,424 and B=1 R=56,64,72, new/copy/new, and
 #             ncu of the SSM launch at B=8 (~6 min).
 #   convc:    B=1 bf16 serial prefill at R=20,37,72,136 with 16-64 conv channels a program.
+#   dth:      B=1 serial prefill with the conv launch's dt over 32 heads a program (now)
+#             against 128 (before), 16 and 8; then the GPU tests of conv, tree, compact,
+#             bitwise, prefill and pools.
 #   h200tree: on an H200 as session39.sh h200tree; on an H100, ncu sections of the B=1 R=37
 #             serial prefill's SSM and conv launches instead.
 #   suite:    the whole GPU suite (16 workers, 540 s).
@@ -94,6 +97,14 @@ convc)
   # B=1 bf16 serial prefill: the conv launch's channels per program (81 programs at 128)
   T=240 ser convc 1 20,37,72,136 serial --serial_tiles=32:4:64:block_c=32,32:4:64:block_c=32:prep_warps=1,32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=16:prep_warps=1
   grep -hE "^\| snap" $O/convc.log | cut -c1-140
+  ;;
+dth)
+  # The conv launch's dt in programs of dt_heads heads (32 now; 128: one program, as before)
+  T=200 ser dth 1 20,37,72,136 serial --serial_tiles=32:4:64:dt_heads=128,32:4:64:dt_heads=16,32:4:64:dt_heads=8
+  grep -hE "^\| snap" $O/dth.log | sort -u | cut -c1-140
+  run gpu M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-230} \
+    M2V_GPU_TESTS_K="conv or tree or compact or bitwise or prefill or pool"
+  grep -E "passed|failed|FAILED|ERROR" $O/gpu.txt | tail -15
   ;;
 h200tree)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
