@@ -1,5 +1,5 @@
 #!/bin/bash
-# For the next session, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session40.sh CALL
+# Session 40's cases and the next session's, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session40.sh CALL
 # Each case writes under $OUT (lib.sh: `run`, `rows`). Predictions: ../session39/README.md ("Next").
 #   lead:     the serial (verify-kernel) bf16 prefill at lengths whose body ends in a partial
 #             32-row segment that runs first (`lead` in verify_ssm.py: 0 < body % 32 < 24)
@@ -16,9 +16,10 @@
 #             (`overlap_copy.patch`): B=8 R=392,400,424 and B=1 R=56,64,72, new/copy/new, and
 #             ncu of the SSM launch at B=8 (~6 min).
 #   convc:    B=1 bf16 serial prefill at R=20,37,72,136 with 16-64 conv channels a program.
-#   dth:      B=1 serial prefill with the conv launch's dt over 32 heads a program (now)
-#             against 128 (before), 16 and 8; then the GPU tests of conv, tree, compact,
-#             bitwise, prefill and pools.
+#   dth:      `dt_heads.patch` applied (if it is not yet): B=1 serial prefill with the conv
+#             launch's dt over 32 heads a program against 128 (one program, the library
+#             now), 16 and 8; then the GPU tests of conv, tree, compact, bitwise, prefill
+#             and pools (~6 min). Not run in session 40 (no device time left).
 #   h200tree: on an H200 as session39.sh h200tree; on an H100, ncu sections of the B=1 R=37
 #             serial prefill's SSM and conv launches instead.
 #   suite:    the whole GPU suite (16 workers, 540 s).
@@ -99,7 +100,8 @@ convc)
   grep -hE "^\| snap" $O/convc.log | cut -c1-140
   ;;
 dth)
-  # The conv launch's dt in programs of dt_heads heads (32 now; 128: one program, as before)
+  # The conv launch's dt in programs of dt_heads heads (32 with the patch; 128: one program)
+  grep -q dt_heads m2v_jax/kernels/tiles.py || patch -p1 < $D/dt_heads.patch > /dev/null || exit 1
   T=200 ser dth 1 20,37,72,136 serial --serial_tiles=32:4:64:dt_heads=128,32:4:64:dt_heads=16,32:4:64:dt_heads=8
   grep -hE "^\| snap" $O/dth.log | sort -u | cut -c1-140
   run gpu M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-230} \
