@@ -1,6 +1,6 @@
 #!/bin/bash
 # Session 40's cases and the next session's, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session40.sh CALL
-# Each case writes under $OUT (lib.sh: `run`, `rows`). Predictions: ../session39/README.md ("Next").
+# Each case writes under $OUT (lib.sh: `run`, `rows`). Predictions: ../session40/README.md.
 #   lead:     the serial (verify-kernel) bf16 prefill at lengths whose body ends in a partial
 #             32-row segment that runs first (`lead` in verify_ssm.py: 0 < body % 32 < 24)
 #             against lengths without one: B=8 R=360,392,400,416,424 and B=1
