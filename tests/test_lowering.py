@@ -307,7 +307,7 @@ def test_tree_verify_lowers(mode, R):
     ("compact", True, 0, 77, 8), ("snapshot", True, 32, 20, 8), ("compact", False, 32, 60, 5)])
 def test_body_rows_lower(mode, z, body_rows, R, capacity):
   """`TileConfig.body_rows`: long calls on the verify kernels, their body folded in products
-  (or row by row at 0); a short body, a partial segment run first, a capacity below KT."""
+  (or row by row at 0); a short body, bodies ending in a partial segment, a capacity below KT."""
   cfg = m.BOLT.replace(replay_mode=mode, capacity=capacity)
   tiles = m.tile_config(cfg, 1).replace_from_text(f"64:4:64:body_rows={body_rows}")
   args = dispatch.abstract_call_args(cfg, 1, R, z)
