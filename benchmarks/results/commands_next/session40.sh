@@ -20,6 +20,8 @@
 #             launch's dt over 32 heads a program against 128 (one program, the library
 #             now), 16 and 8; then the GPU tests of conv, tree, compact, bitwise, prefill
 #             and pools (~6 min). Not run in session 40 (no device time left).
+#   once:     `one_trip.patch` (a one-segment body in a loop of one trip) old/new/old at B=1
+#             R=20,37,40 and B=8 R=37,40, then ncu of the B=1 R=37 SSM launch (~4 min).
 #   h200tree: on an H200 as session39.sh h200tree; on an H100, ncu sections of the B=1 R=37
 #             serial prefill's SSM and conv launches instead.
 #   suite:    the whole GPU suite (16 workers, 540 s).
@@ -107,6 +109,20 @@ dth)
   run gpu M2V_STAGES=gpu_tests M2V_TEST_WORKERS=16 M2V_LIMIT_GPU_TESTS=${LIMIT:-230} \
     M2V_GPU_TESTS_K="conv or tree or compact or bitwise or prefill or pool"
   grep -E "passed|failed|FAILED|ERROR" $O/gpu.txt | tail -15
+  ;;
+once)
+  # `one_trip.patch`: a body of one segment in a loop of one (opaque) trip. Old, new, old
+  # at B=1 R=20,37,40 and B=8 R=37,40 (snapshot bf16 serial), then ncu at B=1 R=37.
+  P=$D/one_trip.patch
+  for turn in old new old2; do
+    [ $turn = new ] && { patch -p1 < $P > /dev/null || exit 1; }
+    [ $turn = old2 ] && { patch -p1 -R < $P > /dev/null || exit 1; }
+    ser once_${turn}_b1 1 20,37,40; ser once_${turn}_b8 8 37,40
+  done
+  patch -p1 < $P > /dev/null || exit 1
+  sncu ncu_once_b1_r37 1 37
+  patch -p1 -R < $P > /dev/null || exit 1
+  sncu ncu_old_b1_r37 1 37
   ;;
 h200tree)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
