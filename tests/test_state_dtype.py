@@ -17,8 +17,10 @@ from tests.helpers import (matrix, assert_bitwise, assert_close, copy_state, inp
                            mark_16bit_float32_parity_gap, small_cfg)
 
 STATE_DTYPES = [jnp.bfloat16, jnp.float16]
-# (R, state_row) of B=3 calls: a serial prefill hand-off, then verify calls with changing rows.
-CALLS = [(13, [0, 0, 0]), (8, [2, 7, 4]), (5, [7, 0, 3]), (8, [1, 4, 0]), (3, [4, 2, 1])]
+# (R, state_row) of B=3 calls: a serial prefill hand-off, then verify calls with changing rows,
+# a serial prefill whose 37-row body ends in a partial segment, and a verify call after it.
+CALLS = [(13, [0, 0, 0]), (8, [2, 7, 4]), (5, [7, 0, 3]), (8, [1, 4, 0]), (45, [4, 2, 1]),
+         (3, [6, 1, 7])]
 
 
 def _run_modes(backend, state_dtype, calls, cfg=None, B=3, seed=0, chunked=None,

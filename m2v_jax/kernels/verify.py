@@ -89,7 +89,7 @@ class Plan:
     """Rows of the post-conv scratch, so every segment tile is in bounds."""
     if not self.body:
       return self.KT
-    return max(self.body + self.KT, self.KB)      # KB: a first partial segment's tile
+    return max(self.body + self.KT, self.KB)      # KB: a short body's one segment tile
 
   @property
   def block_c(self) -> int:

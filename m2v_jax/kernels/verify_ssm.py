@@ -116,7 +116,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     """Stores y of rows t0..t0+L-1 from start state S (exact in `held`); 0 past num_rows, gated.
     `whole`: the tiles' K rows are the segment's L (a full body segment). y is stored as one
     tile where the tile's rows lie within the call (rows past the segment's L masked off),
-    else row by row. With `lo`, rows before t0 + lo are left out (neither run nor stored)."""
+    else row by row. With `lo` (`whole` only), rows before t0 + lo are left out (neither run
+    nor stored)."""
+    if not (whole or (isinstance(lo, int) and not lo)):
+      raise ValueError("segment_y: `lo` needs a whole segment's tile store")
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     K, live = x.shape[0], segment_live(t0, L, x.shape[0], lo)
     if plan.tree:                      # t0 == 0: the conv launch's path sums
