@@ -22,6 +22,8 @@
 #             and pools (~6 min). Not run in session 40 (no device time left).
 #   once:     `one_trip.patch` (a one-segment body in a loop of one trip) old/new/old at B=1
 #             R=20,37,40 and B=8 R=37,40, then ncu of the B=1 R=37 SSM launch (~4 min).
+#   btiles:   serial bf16 prefill at B=8 and 2, R=40..360, tiles 64:8:64 and 32:4:64
+#             against the table's (~4 min).
 #   h200tree: on an H200 as session39.sh h200tree; on an H100, ncu sections of the B=1 R=37
 #             serial prefill's SSM and conv launches instead.
 #   suite:    the whole GPU suite (16 workers, 540 s).
@@ -123,6 +125,13 @@ once)
   sncu ncu_once_b1_r37 1 37
   patch -p1 -R < $P > /dev/null || exit 1
   sncu ncu_old_b1_r37 1 37
+  ;;
+btiles)
+  # Serial bf16 prefill bodies at B >= 2: 8 warps on 64-row P tiles, and 32-row tiles,
+  # against the table's 64:4:64 (which spills offline: 192-464 bytes of stack)
+  for B in 8 2; do
+    T=240 ser btiles_b$B $B 40,136,264,360 serial --serial_tiles=64:8:64,32:4:64
+  done
   ;;
 h200tree)
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
