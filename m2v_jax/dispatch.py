@@ -38,8 +38,9 @@ f32 = jnp.float32
 # passes. Measured at B=1 with bf16 or float32 activations; tf32 products and float16
 # activations share the figure of their activations' width (not measured on their own).
 # With bf16 products and B >= 2 the verify kernels' programs fill more of the GPU: at B=4
-# and 8 (H100) the serial path is faster up to 352 body rows and the chunked one from 392
-# on, B=2 measured up to 352 (BENCHMARKS.md, "Session 39"): `MIN_CHUNKED_ROWS_BF16_BATCHED`.
+# and 8 (H100) the serial path is faster up to 352 body rows; at 392 the two tie at B=2, 4
+# and 8 (0.99-1.03x) and from 456 the chunked one is faster (BENCHMARKS.md, "Session 39"
+# and "Session 40"): `MIN_CHUNKED_ROWS_BF16_BATCHED`.
 MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 160
 MIN_CHUNKED_ROWS_BF16_BATCHED = 360
