@@ -622,10 +622,9 @@ def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
   bodies (`body_rows=0`), bodies that end in a partial segment (capacity 12, R=60: 32 + 16
   rows; capacity 5, R=45: 32 + 8; 8-row segments with 1 and 7 rows over: R=25 and 31), run
   as a whole segment ending at the body's end with its first rows left out, and a short
-  body in one 16-row product (R=20); `num_rows` ending in
-  the kept rows and inside the body (rows 20 and 36: before and within such a last
-  segment's own rows); against the reference within float32 rounding, modes bitwise, rows
-  past `num_rows` zero."""
+  body in one 16-row product (R=20); `num_rows` ending in the kept rows and inside the body
+  (rows 20 and 36: before and within such a last segment's own rows); against the reference
+  within float32 rounding, modes bitwise, rows past `num_rows` zero."""
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
   snap = small_cfg(capacity=capacity)
   comp = snap.replace(replay_mode="compact")
