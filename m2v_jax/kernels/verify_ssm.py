@@ -99,17 +99,20 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     dtv = dtr_ref[rows + (h,)]
     return x, bm, cm, dtv, [dtr_ref[b, t0 + k, h] for k in range(0 if plan.tree else L)]
 
+  def skips(lo):                       # whether a segment leaves out rows before `lo`
+    return not (isinstance(lo, int) and lo == 0)
+
   def segment_live(t0, L, K, lo=0):
     """[K] bool: the tile's rows from `lo` that are among the segment's L and before
     num_rows."""
     ks = kt if K == KT else lax.broadcasted_iota(jnp.int32, (K,), 0)
     live = (ks < L) & (t0 + ks < n)
-    return live if isinstance(lo, int) and not lo else live & (ks >= lo)
+    return live & (ks >= lo) if skips(lo) else live
 
   def segment_cum(t0, dts, K, lo=0):
     """[K]: `dual.log_decay` of the segment's dt·A (0 before row `lo` and past num_rows)."""
     def on(k):
-      return (t0 + k < n) if isinstance(lo, int) and not lo else (t0 + k < n) & (k >= lo)
+      return (t0 + k < n) & (k >= lo) if skips(lo) else t0 + k < n
     return dual.log_decay([jnp.where(on(k), d * A, 0.0) for k, d in enumerate(dts)], K)
 
   def segment_y(S, t0, L, tiles=None, held=f32, whole=False, lo=0):
@@ -118,7 +121,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     tile where the tile's rows lie within the call (rows past the segment's L masked off),
     else row by row. With `lo` (`whole` only), rows before t0 + lo are left out (neither run
     nor stored)."""
-    if not (whole or (isinstance(lo, int) and not lo)):
+    if skips(lo) and not whole:
       raise ValueError("segment_y: `lo` needs a whole segment's tile store")
     x, bm, cm, dtv, dts = tiles or segment_tiles(t0, L)
     K, live = x.shape[0], segment_live(t0, L, x.shape[0], lo)
@@ -134,13 +137,10 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         yt = rowmath.gate(yt, z_ref[at].astype(f32))
       yt = jnp.where(live[:, None], yt, 0.0).astype(y_ref.dtype)
       ks = lax.broadcasted_iota(jnp.int32, (K, 1), 0)
-      if isinstance(lo, int) and not lo:
-        if L == K:
-          y_ref[at] = yt
-        else:                          # the tile's rows past L belong to the next segment
-          backend.store(y_ref.at[at], yt, ks < L)
-      else:                            # the tile's rows before lo belong to the last segment
-        backend.store(y_ref.at[at], yt, (ks >= lo) & (ks < L))
+      if L == K and not skips(lo):
+        y_ref[at] = yt
+      else:   # the tile's rows past L belong to the next segment, before lo to the last one
+        backend.store(y_ref.at[at], yt, (ks >= lo) & (ks < L) if skips(lo) else ks < L)
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, K), 1)
 
