@@ -1,0 +1,31 @@
+#!/bin/bash
+# Session 41's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session41.sh CALL
+# Each call runs session40.sh cases into a scratch folder, prints their rows, and packs the logs
+# and JSON into $OUT/CALL.tgz (the device returns at most 8 files). Predictions: ../session41/README.md.
+#   c1: `once` (one_trip.patch, old/new/old, ncu), then the B=1 benchmark of `dth`
+#       (dt_heads.patch; dt over 32 heads a program against 128, 16 and 8), no tests (~7 min).
+#   c2: `btiles` (B=8 and 2 serial bodies on 64:8:64 and 32:4:64 against the table's), then
+#       float32 activations serial against chunked at B=1 R=40..88 (~6 min).
+set -u
+D=$(dirname "$0")
+S=/tmp/s41_$1; rm -rf $S; mkdir -p $S
+case "$1" in
+c1)
+  OUT=$S bash $D/session40.sh once
+  grep -q dt_heads m2v_jax/kernels/tiles.py || patch -p1 < $D/dt_heads.patch > /dev/null || exit 1
+  PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill --prefill_batch=1 \
+    --lengths=20,37,72,136 --prefill_cases=serial \
+    --serial_tiles=32:4:64:dt_heads=128,32:4:64:dt_heads=16,32:4:64:dt_heads=8 \
+    --out=$S/dth.json > $S/dth.log 2>&1
+  echo dth; grep -hE "^\| snap|rror" $S/dth.log | sort -u | cut -c1-140
+  patch -p1 -R < $D/dt_heads.patch > /dev/null
+  ;;
+c2)
+  OUT=$S bash $D/session40.sh btiles
+  PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill --prefill_batch=1 \
+    --lengths=40,56,72,88 --prefill_cases=serial,chunked --dtype=float32 \
+    --out=$S/f32.json > $S/f32.log 2>&1
+  echo f32; grep -hE "^\| (snap|chunk)|rror" $S/f32.log | cut -c1-120
+  ;;
+esac
+tar czf ${OUT:-/tmp/out}/$1.tgz -C /tmp s41_$1
