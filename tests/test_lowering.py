@@ -321,6 +321,24 @@ def test_a_body_ending_in_a_partial_segment_compiles_one_copy_of_the_segment():
     assert dots(R) == whole, R
 
 
+def test_a_body_of_one_segment_compiles_in_a_loop():
+  """A body of one segment, whole or partial, runs in a loop of one trip as the longer bodies'
+  segments do: compiled straight on, it spilled (255 registers at B=1 R=37, 190 in the loop)."""
+  cfg = m.BOLT.replace(replay_mode="snapshot")
+  tiles = m.tile_config(cfg, 1)
+
+  def loops(R):
+    irs = backend.triton_kernels(
+        lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles),
+        *dispatch.abstract_call_args(cfg, 1, R), donate_argnums=(1,))
+    return irs[f"m2v_ssm_snapshot_r{R}"][0].count("scf.for ")
+
+  looped = loops(72)                                 # 64 body rows: two segments
+  assert looped > 0
+  for R in (20, 37, 40):                             # 12, 29 and 32 body rows
+    assert loops(R) == looped, R
+
+
 @pytest.mark.parametrize("mode,z,body_rows,R,capacity", [
     ("snapshot", False, 8, 77, 8), ("compact", True, 16, 77, 8), ("snapshot", True, 32, 77, 8),
     ("compact", True, 0, 77, 8), ("snapshot", True, 32, 20, 8), ("compact", False, 32, 60, 5)])

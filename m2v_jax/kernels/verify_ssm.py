@@ -335,7 +335,12 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
         segment_y(S, t0, L, tiles, whole=folded and L == seg, lo=lo)
         return fold_segment(S, t0, L, tiles, lo) if folded else new_rows(S, t0, L, None)
 
-      if folded and full and rem:
+      if folded and full + (rem > 0) == 1:
+        # One segment, in a loop of one trip whose count the compiler cannot see: compiled
+        # straight on, it spills (255 registers at B=1 R=37; 190 in the loop).
+        once = 1 + jnp.minimum(pid_p, 0)
+        S = lax.fori_loop(0, once, lambda _, S: body_segment(0, seg if full else rem, S), S)
+      elif folded and full and rem:
         # One loop of whole segments; the last one ends at the body's end and runs only its
         # last `rem` rows (one copy of the segment code: a partial copy beside the loop took
         # up to 1.4x the call's time, BENCHMARKS.md "Session 40").

@@ -6,6 +6,9 @@
 #       (dt_heads.patch; dt over 32 heads a program against 128, 16 and 8), no tests (~7 min).
 #   c2: `btiles` (B=8 and 2 serial bodies on 64:8:64 and 32:4:64 against the table's), then
 #       float32 activations serial against chunked at B=1 R=40..88 (~6 min).
+#   c4: on an H200, session39.sh's h200tree (snapshot trees at B=32) and the B=1 prefill at
+#       R=37, 512, 4096; on an H100, that prefill and ncu sections of the chunked prefill's
+#       output kernel at R=4096 (~5 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s41_$1; rm -rf $S; mkdir -p $S
@@ -26,6 +29,23 @@ c2)
     --lengths=40,56,72,88 --prefill_cases=serial,chunked --dtype=float32 \
     --out=$S/f32.json > $S/f32.log 2>&1
   echo f32; grep -hE "^\| (snap|chunk)|rror" $S/f32.log | cut -c1-120
+  ;;
+c4)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill --prefill_batch=1 \
+    --lengths=37,512,4096 --prefill_cases=chunked --out=$S/prefill.json > $S/prefill.log 2>&1
+  echo prefill; grep -hE "^\| (snap|chunk)|rror" $S/prefill.log | cut -c1-120
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    OUT=$S bash $D/session39.sh h200tree
+  else
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 150 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --section SchedulerStats --section InstructionStats \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=1 \
+      > $S/ncu_out.log 2>&1
+    grep -E "^  m2v|Duration|Registers|Shared Memory Config|Dynamic Shared|Achieved Occ|Theoretical Occ|Block Limit|Waves|DRAM Through|Memory Through|L2 Hit|L1/TEX Hit|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall|Executed Ipc" $S/ncu_out.log | head -45
+  fi
   ;;
 esac
 tar czf ${OUT:-/tmp/out}/$1.tgz -C /tmp s41_$1
