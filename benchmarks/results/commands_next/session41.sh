@@ -8,7 +8,11 @@
 #       float32 activations serial against chunked at B=1 R=40..88 (~6 min).
 #   c4: on an H200, session39.sh's h200tree (snapshot trees at B=32) and the B=1 prefill at
 #       R=37, 512, 4096; on an H100, that prefill and ncu sections of the chunked prefill's
-#       output kernel at R=4096 (~5 min).
+#       output kernel at R=4096 (~5 min; that ncu crashes the profiled process, as at R=4096
+#       in session 39).
+#   c5: on an H200, the B=1 prefill by the library's route at R=37, 512, 4096 and the
+#       snapshot tree suite at B=32, 16 nodes (200 s); on an H100, ncu metrics of the output
+#       kernel at R=512 (~1-4 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s41_$1; rm -rf $S; mkdir -p $S
@@ -45,6 +49,39 @@ c4)
       python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=1 \
       > $S/ncu_out.log 2>&1
     grep -E "^  m2v|Duration|Registers|Shared Memory Config|Dynamic Shared|Achieved Occ|Theoretical Occ|Block Limit|Waves|DRAM Through|Memory Through|L2 Hit|L1/TEX Hit|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall|Executed Ipc" $S/ncu_out.log | head -45
+  fi
+  ;;
+c5)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill \
+      --prefill_batch=1 --lengths=37,512,4096 --prefill_cases=serial --out=$S/prefill.json \
+      > $S/prefill.log 2>&1
+    echo prefill; grep -hE "^\| snap.*pallas|rror" $S/prefill.log | cut -c1-120
+    source $D/lib.sh; O=$S
+    run tree M2V_STAGES=tree M2V_LIMIT_TREE=200 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16"
+    rows $S/tree/tree.log
+  else
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 120 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,\
+launch__occupancy_limit_shared_mem,launch__grid_size,launch__shared_mem_per_block_dynamic,\
+sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,dram__bytes.sum,\
+lts__t_bytes.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,\
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
+smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,\
+smsp__warp_issue_stalled_wait_per_warp_active.pct,\
+smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,\
+smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct,\
+smsp__warp_issue_stalled_not_selected_per_warp_active.pct,\
+smsp__warp_issue_stalled_selected_per_warp_active.pct,\
+l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
+      > $S/ncu_out512.log 2>&1
+    echo "ncu rc=$?"; grep -vE "^I1|WARN" $S/ncu_out512.log | grep -E "m2v|  [a-z]" | tail -30
   fi
   ;;
 esac
