@@ -35,7 +35,8 @@ f32 = jnp.float32
 # verify kernels' body (32-row products) with the chunked scan (BENCHMARKS.md, "Prefill: short
 # prompts in 32-row products", "Session 38"): bf16 products; "highest" products on 16-bit
 # activations; and float32 activations (not bf16 products), whose serial products take more
-# passes. Measured at B=1 with bf16 or float32 activations; tf32 products and float16
+# passes (float32: re-measured in "Session 41", the tie between 32 and 48 body rows).
+# Measured at B=1 with bf16 or float32 activations; tf32 products and float16
 # activations share the figure of their activations' width (not measured on their own).
 # With bf16 products and B >= 2 the verify kernels' programs fill more of the GPU: at B=4
 # and 8 (H100) the serial path is faster up to 352 body rows; at 392 the two tie at B=2, 4

@@ -11,7 +11,7 @@
 #       output kernel at R=4096 (~5 min; that ncu crashes the profiled process, as at R=4096
 #       in session 39).
 #   c5: on an H200, the B=1 prefill by the library's route at R=37, 512, 4096 and the
-#       snapshot tree suite at B=32, 16 nodes (200 s); on an H100, ncu metrics of the output
+#       snapshot tree suite at B=32, 16 nodes (150 s); on an H100, ncu metrics of the output
 #       kernel at R=512 (~1-4 min).
 set -u
 D=$(dirname "$0")
@@ -54,12 +54,14 @@ c4)
 c5)
   nvidia-smi --query-gpu=name --format=csv,noheader
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill \
-      --prefill_batch=1 --lengths=37,512,4096 --prefill_cases=serial --out=$S/prefill.json \
-      > $S/prefill.log 2>&1
-    echo prefill; grep -hE "^\| snap.*pallas|rror" $S/prefill.log | cut -c1-120
+    for spec in 37:serial 512,4096:chunked; do L=${spec%:*} K=${spec#*:}
+      PYTHONPATH=$PWD timeout -k 5 60 python3 benchmarks/bench.py --suites=prefill \
+        --prefill_batch=1 --lengths=$L --prefill_cases=$K --out=$S/prefill_$K.json \
+        > $S/prefill_$K.log 2>&1
+      grep -hE "^\| snap.*(pallas|chunked)|rror" $S/prefill_$K.log | cut -c1-120
+    done
     source $D/lib.sh; O=$S
-    run tree M2V_STAGES=tree M2V_LIMIT_TREE=200 M2V_BENCH_ARGS="--tree_modes=snapshot \
+    run tree M2V_STAGES=tree M2V_LIMIT_TREE=150 M2V_BENCH_ARGS="--tree_modes=snapshot \
 --batches=32 --tree_sizes=16"
     rows $S/tree/tree.log
   else
