@@ -728,7 +728,7 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
 
 # Fields: chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
 # state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps
-# (`tiles.ChunkTiles`; trailing fields default).
+# then any field as name=value (`tiles.ChunkTiles.from_text`; fields not given default).
 DEFAULT_CHUNK_VARIANTS = (
     "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "64:16:4:1:64:4:8:2:4:1:1",
     "64:16:4:1:64:4:16:2:4:2:2", "128:16:4:1:64:4:16:2:4:1:1", "128:16:4:1:64:8:16:2:8:1:1",
@@ -736,25 +736,20 @@ DEFAULT_CHUNK_VARIANTS = (
     "256:16:4:1:32:8:16:2:8:1:1", "256:16:4:1:64:8:16:2:8:1:1")
 
 
-def _chunk_tiles(text: str) -> tiles_lib.ChunkTiles:
-  """`tiles.ChunkTiles` from its fields joined by ":" (trailing fields default)."""
-  return tiles_lib.ChunkTiles(*map(int, text.split(":")))
-
-
 def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_VARIANTS,
                       B=1):
   """Chunked-prefill tiles at B sequences of R rows, snapshot mode: `variants` are
   `tiles.ChunkTiles` fields joined by ":" (chunk:block_p:num_warps:num_stages:local_block_p:
   state_warps:state_heads:state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:
-  conv_warps; trailing fields default), after the table's entry. Each variant's final state and y are also
-  checked against the serial kernel's from the same start (max abs difference over max abs
-  value, `rel_err` of each; y is in the activation dtype, so a bfloat16 y differs by its
-  rounding, ~1e-4). A variant that fails to compile is reported and skipped. Ratio:
+  conv_warps, then any field as name=value; fields not given default), after the table's
+  entry. Each variant's final state and y are also checked against the serial kernel's from
+  the same start (max abs difference over max abs value, `rel_err` of each; y is in the
+  activation dtype, so a bfloat16 y differs by its rounding, ~1e-4). A variant that fails to compile is reported and skipped. Ratio:
   variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)
-  shapes = [_chunk_tiles(v) for v in variants]
+  shapes = [tiles_lib.ChunkTiles.from_text(v) for v in variants]
   variants = []        # the table's first; P tiles as the kernels shrink them, no duplicates
   for tiles in [tiles_lib.chunk_tile_config(snap, snap.prefill_precision_for(dtype))] + shapes:
     tiles = dataclasses.replace(
@@ -1024,7 +1019,8 @@ flags.DEFINE_string("breakdown_tiles", "",
                     "chunked-prefill tiles of the breakdown suite, tiles.ChunkTiles fields "
                     "joined by ':' as in --chunk_variants (default: the table's)")
 flags.DEFINE_list("chunk_variants", list(DEFAULT_CHUNK_VARIANTS),
-                  "ChunkTiles of the chunk_sweep suite, fields joined by ':'")
+                  "ChunkTiles of the chunk_sweep suite, fields joined by ':', in order and "
+                  "then as name=value (e.g. chunk=128:fused_pass=1)")
 flags.DEFINE_integer("chunk_batch", 1, "sequences of the chunk_sweep suite")
 flags.DEFINE_integer("chunk_rows", 4096, "rows R of each sequence of the chunk_sweep suite")
 flags.DEFINE_integer("copy_mib", 2048, "size of the copy-bandwidth buffer")
@@ -1053,8 +1049,8 @@ def main(argv):
   for suite in FLAGS.suites:
     t0 = time.perf_counter()
     if suite == "breakdown":
-      results[suite] = suite_breakdown(dtype, chunk_tiles=_chunk_tiles(FLAGS.breakdown_tiles)
-                                       if FLAGS.breakdown_tiles else None)
+      tiles = FLAGS.breakdown_tiles and tiles_lib.ChunkTiles.from_text(FLAGS.breakdown_tiles)
+      results[suite] = suite_breakdown(dtype, chunk_tiles=tiles or None)
       print(f"\n## {suite}\n" + json.dumps(results[suite], indent=1), flush=True)
     else:
       sweep = functools.partial(suite_sweep, batches=[int(b) for b in FLAGS.sweep_batches],

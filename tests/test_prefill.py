@@ -183,11 +183,22 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(out_warps=6), "out_warps: expected a power of two"),
     (dict(conv_cols=96), "conv_cols: expected a power of two"),
     (dict(local_block_p=24), "local_block_p: expected a power of two"),
+    (dict(fused_pass=2), "fused_pass: expected 0 or 1"),
+    (dict(out_state_first=-1), "out_state_first: expected 0 or 1"),
     (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
     (dict(scratch_mb=float("inf")), "scratch_mb: expected a finite value >= 0")])
 def test_chunk_tiles_are_checked(fields, match):
   with pytest.raises(ValueError, match=match):
     m.ChunkTiles(**fields)
+
+
+def test_chunk_tiles_from_text():
+  table = m.ChunkTiles(chunk=128, block_p=64, state_heads=16, out_state_first=1)
+  assert m.ChunkTiles.from_text("128:64:state_heads=16:out_state_first=1") == table
+  assert m.ChunkTiles.from_text("64:16:4:scratch_mb=12.5").scratch_mb == 12.5
+  for text in ("128:out_rows=32:64", "chunk=64:chunk=128", "size=4", "128:x", "1:" * 19):
+    with pytest.raises(ValueError, match="chunk tiles: expected"):
+      m.ChunkTiles.from_text(text)
 
 
 @pytest.mark.parametrize("act, precision, batch, min_rows", [
@@ -343,7 +354,8 @@ class PrefillChecks:
                        out_heads=2, out_stages=2), (2, 2)),
       (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
                        out_rows=16), (2, 1)),
-      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4))])
+      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
+      (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1), (1, 1))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,

@@ -578,6 +578,8 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
 
     def head(j, carry):
       h = h0 + j
+      first = plan.tiles.out_state_first   # the starting state loaded beside C's rows
+      st = st_ref[i, h, pl.ds(pid_p * BP, BP), :] if first else None   # [BP, N]
       a_h = -jnp.exp(alog_ref[h])
       xcols = pl.ds(h * P + pid_p * BP, BP)
       a_all = dtr_ref[pl.ds(dt0 + i * L, L), h] * a_h            # [L]
@@ -598,11 +600,19 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
         cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]
         return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols], "a")
 
-      acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
-      x = xr_ref[rows, xcols].astype(f32)
-      y = acc + d_ref[h] * x
-      cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
-      y = y + jnp.exp(acum)[:, None] * cst
+      def state_term():                 # exp(acum) C stᵀ
+        cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :] if st is None else st, "b",
+                       trans_b=True)
+        return jnp.exp(acum)[:, None] * cst
+
+      if first:                        # the causal sum accumulates onto the state's term
+        acc = lax.fori_loop(0, m + 1, column_block, state_term())
+        x = xr_ref[rows, xcols].astype(f32)
+        y = acc + d_ref[h] * x
+      else:
+        acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
+        x = xr_ref[rows, xcols].astype(f32)
+        y = acc + d_ref[h] * x + state_term()
       if plan.has_z:
         y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
       y = y.astype(y_ref.dtype)

@@ -173,6 +173,8 @@ class ChunkTiles:
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
     out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
+    out_state_first: 1 loads each output program's starting state beside its C rows and
+      sums the causal part onto C·stᵀ (another summation order than 0's).
     fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
       `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
@@ -203,6 +205,7 @@ class ChunkTiles:
   out_rows: int = 64
   fused_pass: int = 0
   scratch_mb: float = 100.0
+  out_state_first: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -211,11 +214,41 @@ class ChunkTiles:
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    if self.fused_pass not in (0, 1):
-      raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
+    for name in ("fused_pass", "out_state_first"):
+      if getattr(self, name) not in (0, 1):
+        raise ValueError(f"ChunkTiles.{name}: expected 0 or 1, got {getattr(self, name)}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
                                 "conv_rows", "conv_cols", "conv_warps", "out_rows"))
+
+  @classmethod
+  def from_text(cls, text: str) -> "ChunkTiles":
+    """ChunkTiles with fields from `text`: values joined by ":" in the fields' order, then
+    any field as `name=value` (e.g. `128:64:fused_pass=1`); fields not given default.
+
+    Raises:
+      ValueError: an unknown field, a field given twice, a value that is not a number, or
+        a positional value after a named one.
+    """
+    names = [f.name for f in dataclasses.fields(cls)]
+    items = text.split(":")
+    values = [v for v in items if "=" not in v]
+    pairs = [v.split("=", 1) for v in items if "=" in v]
+    given = names[:len(values)] + [k for k, _ in pairs]
+    raw = values + [v for _, v in pairs]
+
+    def number(name, v):
+      return float(v) if name == "scratch_mb" else int(v)
+
+    try:
+      if (len(values) > len(names) or items[:len(values)] != values
+          or not set(given) <= set(names) or len(set(given)) != len(given)):
+        raise ValueError
+      fields = {k: number(k, v) for k, v in zip(given, raw)}
+    except ValueError:
+      raise ValueError(f"chunk tiles: expected values in the order of {names} joined by ':', "
+                       f"then name=value, each field once; got {text!r}") from None
+    return cls(**fields)
 
 
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
