@@ -744,8 +744,8 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   conv_warps, then any field as name=value; fields not given default), after the table's
   entry. Each variant's final state and y are also checked against the serial kernel's from
   the same start (max abs difference over max abs value, `rel_err` of each; y is in the
-  activation dtype, so a bfloat16 y differs by its rounding, ~1e-4). A variant that fails to compile is reported and skipped. Ratio:
-  variant over the default (first row)."""
+  activation dtype, so a bfloat16 y differs by its rounding, ~1e-4). A variant that fails
+  to compile is reported and skipped. Ratio: variant over the default (first row)."""
   del banks
   snap = _geom
   params = params_lib.random_params(snap)

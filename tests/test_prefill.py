@@ -359,9 +359,9 @@ class PrefillChecks:
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; chunk states and passing
-    fused, against the two kernels too (interpreted with the full matrix also in P tiles of
-    4). The small grid would make the plan drop to one head a program: the program-count
+    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows (the causal sum also
+    accumulated onto C·stᵀ: `out_state_first`); chunk states and passing fused, against the
+    two kernels too (interpreted with the full matrix also in P tiles of 4). The small grid would make the plan drop to one head a program: the program-count
     floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
