@@ -726,9 +726,9 @@ def suite_sweep(bw, banks, blocks, dtype, batches=(1, 32), modes=("snapshot", "c
   return rows_out
 
 
-# Fields: chunk:block_p:num_warps:num_stages:local_block_p:state_warps:state_heads:
-# state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:conv_warps
-# then any field as name=value (`tiles.ChunkTiles.from_text`; fields not given default).
+# Fields in `tiles.ChunkTiles` order (chunk:block_p:num_warps:num_stages:local_block_p:
+# state_warps:state_heads:state_stages:out_warps:out_heads:out_stages:conv_rows:conv_cols:
+# conv_warps:...), then any field as name=value (`ChunkTiles.from_text`; others default).
 DEFAULT_CHUNK_VARIANTS = (
     "64:16:4:1:64:4:16:2:8:1:1", "64:16:4:1:32:4:16:2:4:1:1", "64:16:4:1:64:4:8:2:4:1:1",
     "64:16:4:1:64:4:16:2:4:2:2", "128:16:4:1:64:4:16:2:4:1:1", "128:16:4:1:64:8:16:2:8:1:1",

@@ -4,6 +4,7 @@ Interpret mode accepts what the Triton lowering rejects (blocks whose size is no
 two, primitives without a Triton rule); lowering for an abstract H200 catches those on CPU.
 """
 
+import dataclasses
 import re
 
 import jax
@@ -226,6 +227,23 @@ def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
   takes them)."""
   with pytest.raises(ValueError, match=">= 16"):
     lower(m.BOLT, 1, 200, chunked=True, chunk_tiles=tiles)
+
+
+def test_output_kernel_takes_the_state_term_first():
+  """`ChunkTiles.out_state_first=1`: the output program's C·stᵀ product comes before its
+  causal sum's loop (with 0, after it)."""
+  cfg = m.BOLT.replace(replay_mode="snapshot")
+
+  def order(first):
+    tiles = dataclasses.replace(m.chunk_tile_config(cfg, "bf16"), out_state_first=first)
+    irs = backend.triton_kernels(
+        lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,
+                                      ragged=False, chunk_tiles=tiles),
+        *dispatch.abstract_call_args(cfg, 1, 512), donate_argnums=(1,))
+    text = irs["m2v_chunk_out_snapshot"][0]
+    return text.index("tt.dot ") < text.index("scf.for ")
+
+  assert (order(0), order(1)) == (False, True)
 
 
 def test_state_passing_takes_narrow_p_tiles():

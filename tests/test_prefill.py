@@ -196,7 +196,7 @@ def test_chunk_tiles_from_text():
   table = m.ChunkTiles(chunk=128, block_p=64, state_heads=16, out_state_first=1)
   assert m.ChunkTiles.from_text("128:64:state_heads=16:out_state_first=1") == table
   assert m.ChunkTiles.from_text("64:16:4:scratch_mb=12.5").scratch_mb == 12.5
-  for text in ("128:out_rows=32:64", "chunk=64:chunk=128", "size=4", "128:x", "1:" * 19):
+  for text in ("128:out_rows=32:64", "chunk=64:chunk=128", "size=4", "128:x", "1:" * 18 + "1"):
     with pytest.raises(ValueError, match="chunk tiles: expected"):
       m.ChunkTiles.from_text(text)
 
@@ -355,14 +355,16 @@ class PrefillChecks:
       (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
                        out_rows=16), (2, 1)),
       (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
-      (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1), (1, 1))])
+      (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1), (1, 1)),
+      (2, m.ChunkTiles(chunk=16, local_block_p=8, out_heads=2, out_state_first=1), (1, 2))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows (the causal sum also
-    accumulated onto C·stᵀ: `out_state_first`); chunk states and passing fused, against the
-    two kernels too (interpreted with the full matrix also in P tiles of 4). The small grid would make the plan drop to one head a program: the program-count
-    floor is lifted."""
+    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; the causal sum
+    accumulated onto the state's term (`out_state_first`), also over two heads a program;
+    chunk states and passing fused, against the two kernels too (interpreted with the full
+    matrix also in P tiles of 4). The small grid would make the plan drop to one head a
+    program: the program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
     plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,

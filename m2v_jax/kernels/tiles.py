@@ -173,8 +173,6 @@ class ChunkTiles:
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
     out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
-    out_state_first: 1 loads each output program's starting state beside its C rows and
-      sums the causal part onto C·stᵀ (another summation order than 0's).
     fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
       `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
@@ -182,10 +180,12 @@ class ChunkTiles:
     scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once, per sequence
       of the call: more body slots run in segments, one after the other
       (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
+    out_state_first: 1 loads each output program's starting state beside its C rows and
+      sums the causal part onto exp(acum)·C·stᵀ (another summation order than 0's).
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
-      scratch_mb that is negative or not finite.
+      scratch_mb that is negative or not finite, fused_pass or out_state_first not 0 or 1.
   """
 
   chunk: int = 64
@@ -227,8 +227,9 @@ class ChunkTiles:
     any field as `name=value` (e.g. `128:64:fused_pass=1`); fields not given default.
 
     Raises:
-      ValueError: an unknown field, a field given twice, a value that is not a number, or
-        a positional value after a named one.
+      ValueError: an unknown field, a field given twice, more values than fields, a value
+        that is not a number, a positional value after a named one, or a value the fields'
+        checks reject.
     """
     names = [f.name for f in dataclasses.fields(cls)]
     items = text.split(":")
