@@ -229,21 +229,25 @@ def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
     lower(m.BOLT, 1, 200, chunked=True, chunk_tiles=tiles)
 
 
-def test_output_kernel_takes_the_state_term_first():
+def test_output_kernel_orders_its_loads_by_its_tiles():
   """`ChunkTiles.out_state_first=1`: the output program's C·stᵀ product comes before its
-  causal sum's loop (with 0, after it)."""
+  causal sum's loop (with 0, after it); `out_prefetch=1`: the first column block's three
+  loads come before the loop too, and the loop carries the next block's."""
   cfg = m.BOLT.replace(replay_mode="snapshot")
 
-  def order(first):
-    tiles = dataclasses.replace(m.chunk_tile_config(cfg, "bf16"), out_state_first=first)
+  def ir(**fields):
+    tiles = dataclasses.replace(m.chunk_tile_config(cfg, "bf16"), **fields)
     irs = backend.triton_kernels(
         lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,
                                       ragged=False, chunk_tiles=tiles),
         *dispatch.abstract_call_args(cfg, 1, 512), donate_argnums=(1,))
     text = irs["m2v_chunk_out_snapshot"][0]
-    return text.index("tt.dot ") < text.index("scf.for ")
+    head = text[:text.index("scf.for ")]
+    return "tt.dot " in head, head.count("tt.load "), text.count("scf.for ")
 
-  assert (order(0), order(1)) == (False, True)
+  table = ir()
+  assert table[0] is False and ir(out_state_first=1)[:2] == (True, table[1] + 1)
+  assert ir(out_prefetch=1)[1:] == (table[1] + 3, table[2])
 
 
 def test_state_passing_takes_narrow_p_tiles():

@@ -584,11 +584,19 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
       xcols = pl.ds(h * P + pid_p * BP, BP)
       a_all = dtr_ref[pl.ds(dt0 + i * L, L), h] * a_h            # [L]
 
+      def block_loads(k, live=True):
+        """dt [BM], C·Bᵀ [BM, BM] and x [BM, BP] of column block k (zeros where not live)."""
+        k0 = k * BM
+        return (backend.load(dtr_ref.at[pl.ds(dt0 + i * L + k0, BM), h], live),
+                backend.load(cb_ref.at[i, g, pl.ds(r0, BM), pl.ds(k0, BM)], live),
+                backend.load(xr_ref.at[pl.ds(i * L + k0, BM), xcols], live, 0))
+
       def rows_from(k0):
         """dt and acum (from the slot's first row) [BM] of the block at row k0."""
         dtv = dtr_ref[pl.ds(dt0 + i * L + k0, BM), h]
         return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
 
+      loads = block_loads(0) if plan.tiles.out_prefetch else None   # before any wait
       _, acum = rows_from(r0)
 
       def column_block(k, acc):
@@ -605,7 +613,25 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
                        trans_b=True)
         return jnp.exp(acum)[:, None] * cst
 
-      if first:                        # the causal sum accumulates onto the state's term
+      def prefetched_block(k, carry):
+        """column_block on loads issued one block ahead: the next block's before this one's
+        product."""
+        acc, (dtk, cb, xk) = carry
+        ahead = block_loads(jnp.minimum(k + 1, m), k < m)
+        k0 = k * BM
+        acum_k = jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtk * a_h)
+        causal = r0 + t_idx >= k0 + s_idx
+        seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
+        w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
+        return acc + plan.dot(cb * w, xk, "a"), ahead
+
+      if plan.tiles.out_prefetch:
+        acc0 = state_term() if first else jnp.zeros((BM, BP), f32)
+        acc, _ = lax.fori_loop(0, m + 1, prefetched_block, (acc0, loads))
+        x = xr_ref[rows, xcols].astype(f32)
+        y = acc + d_ref[h] * x
+        y = y if first else y + state_term()
+      elif first:                      # the causal sum accumulates onto the state's term
         acc = lax.fori_loop(0, m + 1, column_block, state_term())
         x = xr_ref[rows, xcols].astype(f32)
         y = acc + d_ref[h] * x

@@ -182,6 +182,8 @@ class ChunkTiles:
       (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
     out_state_first: 1 loads each output program's starting state beside its C rows and
       sums the causal part onto exp(acum)·C·stᵀ (another summation order than 0's).
+    out_prefetch: 1 issues each column block's loads in the output program one block ahead
+      (the first block's before the loop).
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
@@ -206,6 +208,7 @@ class ChunkTiles:
   fused_pass: int = 0
   scratch_mb: float = 100.0
   out_state_first: int = 0
+  out_prefetch: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -214,7 +217,7 @@ class ChunkTiles:
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    for name in ("fused_pass", "out_state_first"):
+    for name in ("fused_pass", "out_state_first", "out_prefetch"):
       if getattr(self, name) not in (0, 1):
         raise ValueError(f"ChunkTiles.{name}: expected 0 or 1, got {getattr(self, name)}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",

@@ -13,9 +13,10 @@
 #   c5: on an H200, the B=1 prefill by the library's route at R=37, 512, 4096 and the
 #       snapshot tree suite at B=32, 16 nodes (150 s); on an H100, ncu metrics of the output
 #       kernel at R=512 (~1-4 min).
-#   c6: (for session 42) the output kernel with `ChunkTiles.out_state_first=1` against the
-#       table's: chunk_sweep at R=4096 and 512 (B=1, bf16, interleaved), then ncu of the output
-#       kernel at R=512 with the table's entry switched to it, and back (~5 min).
+#   c6: (for session 42) the output kernel with `ChunkTiles.out_state_first=1`, with
+#       `out_prefetch=1`, and with both, against the table's: chunk_sweep at R=4096 and 512
+#       (B=1, bf16, interleaved), then ncu of the output kernel at R=512 with the table's
+#       entry switched to each, and back (~6 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s41_$1; rm -rf $S; mkdir -p $S
@@ -90,26 +91,31 @@ l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum \
   fi
   ;;
 c6)
-  V=chunk=128:block_p=64:state_heads=16:state_stages=3:out_rows=64:fused_pass=1:out_state_first=1
+  V=chunk=128:block_p=64:state_heads=16:state_stages=3:out_rows=64:fused_pass=1
+  VS=$V:out_state_first=1,$V:out_prefetch=1,$V:out_state_first=1:out_prefetch=1
   for R in 4096 512; do
-    PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=chunk_sweep \
-      --chunk_rows=$R --chunk_variants=$V --out=$S/osf_r$R.json > $S/osf_r$R.log 2>&1
-    echo "R=$R"; grep -hE "^\| |rror" $S/osf_r$R.log | sed "s/num_warps.*out_state_first/... out_state_first/"
+    PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=chunk_sweep \
+      --chunk_rows=$R --chunk_variants=$VS --out=$S/out_r$R.json > $S/out_r$R.log 2>&1
+    echo "R=$R"; grep -hE "^\| |rror" $S/out_r$R.log \
+      | sed "s/num_warps.*scratch_mb=100.0/.../"
   done
   T=m2v_jax/kernels/tiles.py
   cp $T $S/tiles.py.orig
-  sed -i 's/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, out_state_first=1)/' $T
-  grep -q "state_stages=3, out_state_first=1)" $T || { echo "sed failed"; exit 1; }
-  for turn in osf table; do
-    [ $turn = table ] && cp $S/tiles.py.orig $T
+  for turn in out_state_first=1 out_prefetch=1 "out_state_first=1, out_prefetch=1" table; do
+    cp $S/tiles.py.orig $T
+    if [ "$turn" != table ]; then
+      sed -i "s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, $turn)/" $T
+      grep -q "state_stages=3, $turn)" $T || { echo "sed failed"; exit 1; }
+    fi
+    n=$(echo "$turn" | tr -dc 'a-z_1')
     PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 120 ncu --clock-control none \
       --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
 gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,\
 sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,dram__bytes.sum,\
 lts__t_bytes.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
       python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
-      > $S/ncu_$turn.log 2>&1
-    echo "ncu $turn"; grep -vE "^I1|WARN" $S/ncu_$turn.log | grep -E "m2v|  [a-z]" | tail -9
+      > $S/ncu_$n.log 2>&1
+    echo "ncu $turn"; grep -vE "^I1|WARN" $S/ncu_$n.log | grep -E "m2v|  [a-z]" | tail -9
   done
   cmp -s $S/tiles.py.orig $T && echo "tiles.py restored"
   ;;
