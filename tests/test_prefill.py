@@ -402,6 +402,13 @@ class PrefillChecks:
                              z=z, backend=self.backend, chunked=True, chunk_tiles=narrow)
         assert_close(y4, y2, 1e-6, "y, fused in P tiles of 4")
         assert_close(four.ssm, two.ssm, 1e-6, "ssm, fused in P tiles of 4")
+    if tiles.out_prefetch:           # the same arithmetic as the loads in their block
+      unfetched = dataclasses.replace(tiles, out_prefetch=0)
+      y2, _ = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
+                        backend=self.backend, chunked=True, chunk_tiles=unfetched)
+      same = assert_bitwise if self.backend == "interpret" else (
+          lambda a, b_, what: assert_close(a, b_, 1e-6, what))
+      same(y, y2, "y, column blocks loaded one ahead against in their block")
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
