@@ -357,15 +357,15 @@ class PrefillChecks:
                        out_rows=16), (2, 1)),
       (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
       (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1), (1, 1)),
-      (2, m.ChunkTiles(chunk=16, local_block_p=8, out_heads=2, out_state_first=1), (1, 2)),
-      (2, m.ChunkTiles(chunk=32, out_rows=8, out_prefetch=1), (1, 1)),
+      (2, m.ChunkTiles(chunk=16, out_heads=2, out_state_first=1), (1, 2)),
+      (2, m.ChunkTiles(chunk=64, out_rows=16, out_prefetch=1), (1, 1)),
       (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1, out_prefetch=1), (1, 1))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
     3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; the causal sum
     accumulated onto the state's term (`out_state_first`), also over two heads a program,
-    and on column blocks loaded one ahead (`out_prefetch`, 4 blocks of 8);
+    and on column blocks loaded one ahead (`out_prefetch`, 3 blocks of 16 in a chunk);
     chunk states and passing fused, against the two kernels too (interpreted with the full
     matrix also in P tiles of 4). The small grid would make the plan drop to one head a
     program: the program-count floor is lifted."""
