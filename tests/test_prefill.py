@@ -388,27 +388,24 @@ class PrefillChecks:
     assert_close(y, y_ref, 1e-5, "y")
     assert_close(got.ssm, want.ssm, 1e-5, "ssm")
     assert_close(got.conv, want.conv, 1e-6, "conv")
+    same = assert_bitwise if self.backend == "interpret" else (
+        lambda a, b_, what: assert_close(a, b_, 1e-6, what))
+
+    def again(**fields):
+      return m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
+                       backend=self.backend, chunked=True,
+                       chunk_tiles=dataclasses.replace(tiles, **fields))
+
     if tiles.fused_pass:             # the same products and sums as the two kernels
-      apart = dataclasses.replace(tiles, fused_pass=0)
-      y2, two = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
-                          backend=self.backend, chunked=True, chunk_tiles=apart)
-      same = assert_bitwise if self.backend == "interpret" else (
-          lambda a, b_, what: assert_close(a, b_, 1e-6, what))
+      y2, two = again(fused_pass=0)
       same(y, y2, "y, fused against two kernels")
       same(got.ssm, two.ssm, "ssm, fused against two kernels")
       if self.backend == "interpret" and FULL_MATRIX:   # 4 P tiles (compiled dots: 16 rows)
-        narrow = dataclasses.replace(tiles, block_p=4)
-        y4, four = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows,
-                             z=z, backend=self.backend, chunked=True, chunk_tiles=narrow)
+        y4, four = again(block_p=4)
         assert_close(y4, y2, 1e-6, "y, fused in P tiles of 4")
         assert_close(four.ssm, two.ssm, 1e-6, "ssm, fused in P tiles of 4")
     if tiles.out_prefetch:           # the same arithmetic as the loads in their block
-      unfetched = dataclasses.replace(tiles, out_prefetch=0)
-      y2, _ = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
-                        backend=self.backend, chunked=True, chunk_tiles=unfetched)
-      same = assert_bitwise if self.backend == "interpret" else (
-          lambda a, b_, what: assert_close(a, b_, 1e-6, what))
-      same(y, y2, "y, column blocks loaded one ahead against in their block")
+      same(y, again(out_prefetch=0)[0], "y, column blocks loaded one ahead against not")
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
