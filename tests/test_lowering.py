@@ -232,7 +232,8 @@ def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
 def test_output_kernel_orders_its_loads_by_its_tiles():
   """`ChunkTiles.out_state_first=1`: the output program's C·stᵀ product comes before its
   causal sum's loop (with 0, after it); `out_prefetch=1`: the first column block's three
-  loads come before the loop too, and the loop carries the next block's."""
+  loads come before the loop too, and in the loop the next block's come before this block's
+  decay weights (its exp) and product."""
   cfg = m.BOLT.replace(replay_mode="snapshot")
 
   def ir(**fields):
@@ -242,12 +243,15 @@ def test_output_kernel_orders_its_loads_by_its_tiles():
                                       ragged=False, chunk_tiles=tiles),
         *dispatch.abstract_call_args(cfg, 1, 512), donate_argnums=(1,))
     text = irs["m2v_chunk_out_snapshot"][0]
-    head = text[:text.index("scf.for ")]
-    return "tt.dot " in head, head.count("tt.load "), text.count("scf.for ")
+    loop = text.index("scf.for ")
+    head, body = text[:loop], text[loop:text.index("scf.yield", loop)]
+    loads_ahead = body.rindex("tt.load ") < body.index("tt.extern_elementwise")   # exp
+    return "tt.dot " in head, head.count("tt.load "), text.count("scf.for "), loads_ahead
 
   table = ir()
-  assert table[0] is False and ir(out_state_first=1)[:2] == (True, table[1] + 1)
-  assert ir(out_prefetch=1)[1:] == (table[1] + 3, table[2])
+  assert table[0] is False and table[3] is False
+  assert ir(out_state_first=1) == (True, table[1] + 1) + table[2:]
+  assert ir(out_prefetch=1)[1:] == (table[1] + 3, table[2], True)
 
 
 def test_state_passing_takes_narrow_p_tiles():
