@@ -17,6 +17,20 @@ def _check_powers_of_two(tiles, names) -> None:
       raise ValueError(f"{type(tiles).__name__}.{name}: expected a power of two, got {v}")
 
 
+def _fields_from_text(text: str, ordered, known):
+  """(names, value strings, how many came in order) of `text`: values joined by ":" for the
+  `ordered` names in turn, then `name=value`; None where a value follows a named one,
+  values outnumber `ordered`, or a name is not in `known` or given twice."""
+  items = text.split(":")
+  values = [v for v in items if "=" not in v]
+  pairs = [v.split("=", 1) for v in items if "=" in v]
+  given = list(ordered[:len(values)]) + [k for k, _ in pairs]
+  if (len(values) > len(ordered) or items[:len(values)] != values
+      or not set(given) <= set(known) or len(set(given)) != len(given)):
+    return None
+  return given, values + [v for _, v in pairs], len(values)
+
+
 def next_pow2(n: int) -> int:
   """The smallest power of two >= n (>= 1)."""
   return 1 << max(n - 1, 0).bit_length()
@@ -107,14 +121,10 @@ class TileConfig:
     """A copy with `block_p:num_warps:n_cols[:num_stages]` from `text`, then any field as
     `:name=value` (e.g. `64:4:64:block_c=512`)."""
     fields = ("block_p", "num_warps", "n_cols", "num_stages")
-    items = text.split(":")
-    values = [v for v in items if "=" not in v]
-    pairs = [v.split("=", 1) for v in items if "=" in v]
     known = {f.name for f in dataclasses.fields(self)}
-    given = list(fields[:len(values)]) + [k for k, _ in pairs]
-    ints = values + [v for _, v in pairs]
-    if (not 3 <= len(values) <= 4 or items[:len(values)] != values
-        or not set(given) <= known or len(set(given)) != len(given)
+    split = _fields_from_text(text, fields, known)
+    given, ints, in_order = split or ((), (), 0)
+    if (split is None or in_order < 3
         or not all(v.strip().lstrip("-").isdigit() for v in ints)):
       raise ValueError(f"tiles: expected block_p:num_warps:n_cols[:num_stages] then "
                        f":name=value (integers, each field once) for fields of "
@@ -235,20 +245,15 @@ class ChunkTiles:
         checks reject.
     """
     names = [f.name for f in dataclasses.fields(cls)]
-    items = text.split(":")
-    values = [v for v in items if "=" not in v]
-    pairs = [v.split("=", 1) for v in items if "=" in v]
-    given = names[:len(values)] + [k for k, _ in pairs]
-    raw = values + [v for _, v in pairs]
 
     def number(name, v):
       return float(v) if name == "scratch_mb" else int(v)
 
     try:
-      if (len(values) > len(names) or items[:len(values)] != values
-          or not set(given) <= set(names) or len(set(given)) != len(given)):
+      split = _fields_from_text(text, names, names)
+      if split is None:
         raise ValueError
-      fields = {k: number(k, v) for k, v in zip(given, raw)}
+      fields = {k: number(k, v) for k, v in zip(*split[:2])}
     except ValueError:
       raise ValueError(f"chunk tiles: expected values in the order of {names} joined by ':', "
                        f"then name=value, each field once; got {text!r}") from None
