@@ -328,18 +328,22 @@ def test_tree_verify_lowers(mode, R):
                  "mesh"}, ops
 
 
+def ssm_ir(mode, R):
+  """Triton IR of the SSM kernel of a B=1 serial prefill of R rows at Bolt (the table's tiles)."""
+  cfg = m.BOLT.replace(replay_mode=mode)
+  tiles = m.tile_config(cfg, 1)
+  irs = backend.triton_kernels(
+      lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles),
+      *dispatch.abstract_call_args(cfg, 1, R), donate_argnums=(1,))
+  return irs[f"m2v_ssm_{mode}_r{R}"][0]
+
+
 def test_a_body_ending_in_a_partial_segment_compiles_one_copy_of_the_segment():
   """A body of whole 32-row segments plus a partial one runs it as the loop's last segment:
   the SSM kernel has as many dots as a body of whole segments (a second copy of the segment
   code beside the loop took up to 1.4x the time)."""
-  cfg = m.BOLT.replace(replay_mode="compact")
-  tiles = m.tile_config(cfg, 1)
-
   def dots(R):
-    irs = backend.triton_kernels(
-        lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles),
-        *dispatch.abstract_call_args(cfg, 1, R), donate_argnums=(1,))
-    return irs[f"m2v_ssm_compact_r{R}"][0].count("tt.dot ")
+    return ssm_ir("compact", R).count("tt.dot ")
 
   whole = dots(72)                                   # 64 body rows
   assert whole > 0
@@ -351,15 +355,9 @@ def test_a_body_of_one_segment_compiles_in_a_loop():
   """A body of one segment, whole or partial, runs in a loop of one trip whose count the
   compiler cannot fold, as the longer bodies' segments do: compiled straight on, it took 255
   registers at B=1 R=37 and 1.4x the instructions (190 registers in the loop)."""
-  cfg = m.BOLT.replace(replay_mode="snapshot")
-  tiles = m.tile_config(cfg, 1)
-
   def loops(R):
     """(loops, loops whose trip count is not built from constants) of the SSM kernel."""
-    irs = backend.triton_kernels(
-        lambda p, s, a: dispatch.kernel_call(cfg, "pallas", p, s, a, tiles),
-        *dispatch.abstract_call_args(cfg, 1, R), donate_argnums=(1,))
-    text = irs[f"m2v_ssm_snapshot_r{R}"][0]
+    text = ssm_ir("snapshot", R)
     consts = set(re.findall(r"(%\w+) = arith\.constant", text))
     bounds = re.findall(r"scf\.for %\w+ = %\w+ to (%\w+) step", text)
 

@@ -349,7 +349,8 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
           return body_segment(t0, seg, S, lo=j * seg - t0)
         S = lax.fori_loop(0, full + 1, overlapped, S)
       else:
-        # A partial segment runs last, or first where, run last, its tiles would pass row R.
+        # Whole segments; a partial one (only unfolded, body_rows=0) runs last, or first where,
+        # run last, its tiles would pass row R.
         lead = rem if full * seg + tk > R else 0
         if lead:
           S = body_segment(0, lead, S)
