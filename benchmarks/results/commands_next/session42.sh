@@ -1,0 +1,30 @@
+#!/bin/bash
+# Session 42's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session42.sh CALL
+# Outputs go to /tmp/s42_CALL and are packed into $OUT/CALL.tgz. Predictions: ../session42/README.md.
+#   c4: on an H200: session39.sh h200tree (slot streams, snapshot trees and chains at B=32,
+#       16 rows, tree_cache=1 and tree_recompute=0); the ragged prefill suite (8 prompts);
+#       the output kernel at out_warps=8, out_rows=128 and both against the table (chunk_sweep,
+#       R=4096 and 512); the B=1 R=37 serial prefill's timeline (~6-8 min).
+set -u
+D=$(dirname "$0")
+S=/tmp/s42_$1; rm -rf $S; mkdir -p $S
+case "$1" in
+c4)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  OUT=$S M2V_LIMIT_TREE=200 bash $D/session39.sh h200tree
+  source $D/lib.sh; O=$S
+  run ragged M2V_STAGES=ragged M2V_LIMIT_RAGGED=150
+  rows $S/ragged/ragged.log
+  V=chunk=128:block_p=64:state_heads=16:state_stages=3:out_rows=64:fused_pass=1
+  VS=$V:out_warps=8,$V:out_rows=128,$V:out_rows=128:out_warps=8
+  for R in 4096 512; do
+    PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=chunk_sweep \
+      --chunk_rows=$R --chunk_variants=$VS --out=$S/tiles_r$R.json > $S/tiles_r$R.log 2>&1
+    echo "R=$R"; grep -hE "^\| |rror" $S/tiles_r$R.log | sed "s/block_p=64 num_warps.*conv_warps=4//"
+  done
+  PYTHONPATH=$PWD timeout -k 5 90 python3 tools/trace_call.py --prefill --mode=snapshot \
+    --batch=1 --rows=37 --calls=2 --steps=3 --show=60 > $S/ptrace_r37.log 2>&1
+  grep -vE "^[IW]1|Warn" $S/ptrace_r37.log | grep -A12 "per call"
+  ;;
+esac
+tar czf ${OUT:-/tmp/out}/$1.tgz -C /tmp s42_$1
