@@ -4,7 +4,6 @@ Interpret mode accepts what the Triton lowering rejects (blocks whose size is no
 two, primitives without a Triton rule); lowering for an abstract H200 catches those on CPU.
 """
 
-import dataclasses
 import re
 
 import jax
@@ -227,31 +226,6 @@ def test_compiled_chunk_tiles_below_16_are_rejected(tiles):
   takes them)."""
   with pytest.raises(ValueError, match=">= 16"):
     lower(m.BOLT, 1, 200, chunked=True, chunk_tiles=tiles)
-
-
-def test_output_kernel_orders_its_loads_by_its_tiles():
-  """`ChunkTiles.out_state_first=1`: the output program's C·stᵀ product comes before its
-  causal sum's loop (with 0, after it); `out_prefetch=1`: the first column block's three
-  loads come before the loop too, and in the loop the next block's come before this block's
-  decay weights (its exp) and product."""
-  cfg = m.BOLT.replace(replay_mode="snapshot")
-
-  def ir(**fields):
-    tiles = dataclasses.replace(m.chunk_tile_config(cfg, "bf16"), **fields)
-    irs = backend.triton_kernels(
-        lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,
-                                      ragged=False, chunk_tiles=tiles),
-        *dispatch.abstract_call_args(cfg, 1, 512), donate_argnums=(1,))
-    text = irs["m2v_chunk_out_snapshot"][0]
-    loop = text.index("scf.for ")
-    head, body = text[:loop], text[loop:text.index("scf.yield", loop)]
-    loads_ahead = body.rindex("tt.load ") < body.index("tt.extern_elementwise")   # exp
-    return "tt.dot " in head, head.count("tt.load "), text.count("scf.for "), loads_ahead
-
-  table = ir()
-  assert table[0] is False and table[3] is False
-  assert ir(out_state_first=1) == (True, table[1] + 1) + table[2:]
-  assert ir(out_prefetch=1)[1:] == (table[1] + 3, table[2], True)
 
 
 def test_state_passing_takes_narrow_p_tiles():

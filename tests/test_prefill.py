@@ -184,8 +184,6 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(conv_cols=96), "conv_cols: expected a power of two"),
     (dict(local_block_p=24), "local_block_p: expected a power of two"),
     (dict(fused_pass=2), "fused_pass: expected 0 or 1"),
-    (dict(out_state_first=-1), "out_state_first: expected 0 or 1"),
-    (dict(out_prefetch=2), "out_prefetch: expected 0 or 1"),
     (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
     (dict(scratch_mb=float("inf")), "scratch_mb: expected a finite value >= 0")])
 def test_chunk_tiles_are_checked(fields, match):
@@ -194,8 +192,8 @@ def test_chunk_tiles_are_checked(fields, match):
 
 
 def test_chunk_tiles_from_text():
-  table = m.ChunkTiles(chunk=128, block_p=64, state_heads=16, out_state_first=1)
-  assert m.ChunkTiles.from_text("128:64:state_heads=16:out_state_first=1") == table
+  table = m.ChunkTiles(chunk=128, block_p=64, state_heads=16, fused_pass=1)
+  assert m.ChunkTiles.from_text("128:64:state_heads=16:fused_pass=1") == table
   assert m.ChunkTiles.from_text("64:16:4:scratch_mb=12.5").scratch_mb == 12.5
   for text in ("128:out_rows=32:64", "chunk=64:chunk=128", "size=4", "128:x", "1:" * 30 + "1"):
     with pytest.raises(ValueError, match="chunk tiles: expected"):
@@ -355,20 +353,14 @@ class PrefillChecks:
                        out_heads=2, out_stages=2), (2, 2)),
       (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
                        out_rows=16), (2, 1)),
-      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
-      (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1), (1, 1)),
-      (2, m.ChunkTiles(chunk=16, out_heads=2, out_state_first=1), (1, 2)),
-      (2, m.ChunkTiles(chunk=64, out_rows=16, out_prefetch=1), (1, 1)),
-      (2, m.ChunkTiles(chunk=32, out_rows=16, out_state_first=1, out_prefetch=1), (1, 1))])
+      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row,
-    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; the causal sum
-    accumulated onto the state's term (`out_state_first`), also over two heads a program,
-    and on column blocks loaded one ahead (`out_prefetch`, 3 blocks of 16 in a chunk);
-    chunk states and passing fused, against the two kernels too (interpreted with the full
-    matrix also in P tiles of 4). The small grid would make the plan drop to one head a
-    program: the program-count floor is lifted."""
+    3 chunks of 16, or 2 chunks of 32 in output blocks of 16 rows; chunk states and passing
+    fused, against the two kernels too (interpreted with the full matrix also in P tiles of
+    4). The small grid would make the plan drop to one head a program: the program-count
+    floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
     plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,
@@ -404,8 +396,6 @@ class PrefillChecks:
         y4, four = again(block_p=4)
         assert_close(y4, y2, 1e-6, "y, fused in P tiles of 4")
         assert_close(four.ssm, two.ssm, 1e-6, "ssm, fused in P tiles of 4")
-    if tiles.out_prefetch:           # the same arithmetic as the loads in their block
-      same(y, again(out_prefetch=0)[0], "y, column blocks loaded one ahead against not")
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""

@@ -578,62 +578,31 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
 
     def head(j, carry):
       h = h0 + j
-      first = plan.tiles.out_state_first   # the starting state loaded beside C's rows
-      st = st_ref[i, h, pl.ds(pid_p * BP, BP), :] if first else None   # [BP, N]
       a_h = -jnp.exp(alog_ref[h])
       xcols = pl.ds(h * P + pid_p * BP, BP)
       a_all = dtr_ref[pl.ds(dt0 + i * L, L), h] * a_h            # [L]
 
-      def block_loads(k, live=True):
-        """dt [BM], C·Bᵀ [BM, BM] and x [BM, BP] of column block k (zeros where not live)."""
-        k0 = k * BM
-        return (backend.load(dtr_ref.at[pl.ds(dt0 + i * L + k0, BM), h], live),
-                backend.load(cb_ref.at[i, g, pl.ds(r0, BM), pl.ds(k0, BM)], live),
-                backend.load(xr_ref.at[pl.ds(i * L + k0, BM), xcols], live, 0))
+      def rows_from(k0):
+        """dt and acum (from the slot's first row) [BM] of the block at row k0."""
+        dtv = dtr_ref[pl.ds(dt0 + i * L + k0, BM), h]
+        return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
 
-      def acum_from(k0, dtv):
-        """acum (from the slot's first row) [BM] of the block at row k0, its dt dtv [BM]."""
-        return jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
-
-      loads = block_loads(0) if plan.tiles.out_prefetch else None   # before any wait
-      acum = acum_from(r0, dtr_ref[pl.ds(dt0 + i * L + r0, BM), h])
-
-      def weights(k0, dtk):
-        """[BM, BM] decay weights of column block k0 with its dt dtk (0 above the diagonal)."""
-        acum_k = acum_from(k0, dtk)
-        causal = r0 + t_idx >= k0 + s_idx
-        seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
-        return jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
+      _, acum = rows_from(r0)
 
       def column_block(k, acc):
         k0 = k * BM
-        w = weights(k0, dtr_ref[pl.ds(dt0 + i * L + k0, BM), h])
+        dtk, acum_k = rows_from(k0)
+        causal = r0 + t_idx >= k0 + s_idx
+        seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
+        w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
         cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]
         return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols], "a")
 
-      def prefetched_block(k, carry):
-        """column_block on loads issued one block ahead: the next block's before this one's
-        product."""
-        acc, (dtk, cb, xk) = carry
-        ahead = block_loads(jnp.minimum(k + 1, m), k < m)
-        return acc + plan.dot(cb * weights(k * BM, dtk), xk, "a"), ahead
-
-      def state_term():                 # exp(acum) C stᵀ
-        cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :] if st is None else st, "b",
-                       trans_b=True)
-        return jnp.exp(acum)[:, None] * cst
-
-      # With `first` the causal sum accumulates onto the state's term, else it is added last.
-      trips = m + 1
-      acc = state_term() if first else jnp.zeros((BM, BP), f32)
-      if plan.tiles.out_prefetch:
-        acc, _ = lax.fori_loop(0, trips, prefetched_block, (acc, loads))
-      else:
-        acc = lax.fori_loop(0, trips, column_block, acc)
+      acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
       x = xr_ref[rows, xcols].astype(f32)
       y = acc + d_ref[h] * x
-      if not first:
-        y = y + state_term()
+      cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
+      y = y + jnp.exp(acum)[:, None] * cst
       if plan.has_z:
         y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
       y = y.astype(y_ref.dtype)

@@ -190,14 +190,10 @@ class ChunkTiles:
     scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once, per sequence
       of the call: more body slots run in segments, one after the other
       (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
-    out_state_first: 1 loads each output program's starting state beside its C rows and
-      sums the causal part onto exp(acum)·C·stᵀ (another summation order than 0's).
-    out_prefetch: 1 issues each column block's loads in the output program one block ahead
-      (the first block's before the loop).
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
-      scratch_mb that is negative or not finite, fused_pass or out_state_first not 0 or 1.
+      scratch_mb that is negative or not finite, fused_pass not 0 or 1.
   """
 
   chunk: int = 64
@@ -217,8 +213,6 @@ class ChunkTiles:
   out_rows: int = 64
   fused_pass: int = 0
   scratch_mb: float = 100.0
-  out_state_first: int = 0
-  out_prefetch: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -227,9 +221,8 @@ class ChunkTiles:
     for name in ("num_stages", "state_stages", "out_stages"):
       if getattr(self, name) < 1:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
-    for name in ("fused_pass", "out_state_first", "out_prefetch"):
-      if getattr(self, name) not in (0, 1):
-        raise ValueError(f"ChunkTiles.{name}: expected 0 or 1, got {getattr(self, name)}")
+    if self.fused_pass not in (0, 1):
+      raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
                                 "conv_rows", "conv_cols", "conv_warps", "out_rows"))
