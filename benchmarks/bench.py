@@ -813,12 +813,14 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
                   serial_tiles=(), batch=1):
   """Prefill chunks (B=`batch`, 1 by default, snapshot mode): serial kernel, chunked kernel
   at the default product precision and at "highest" (the precision a word of the name), jnp
-  reference scan, dense jnp SSD; then compact chunked prefill with and without a pending
-  window.
+  reference scan, dense jnp SSD; the serial and chunked kernels in compact mode with nothing
+  pending (one state written, not `capacity`); then compact chunked prefill at the longest
+  length with and without a pending window.
   Chunked rows report the body's scratch (`chunk_scan.scratch_bytes`) in MB. `kinds` picks
-  the cases (serial, chunked, highest, reference, dense, compact); `serial_tiles` adds the
-  serial kernel at those verify tiles (`TileConfig.replace_from_text`), timed after the
-  other cases of each length (it needs the serial case). Ratio: over the first case."""
+  the cases (serial, chunked, highest, reference, dense, compact_serial, compact_chunked,
+  compact); `serial_tiles` adds the serial kernel at those verify tiles
+  (`TileConfig.replace_from_text`), timed after the other cases of each length (it needs the
+  serial case). Ratio: over the first case."""
   if serial_tiles and "serial" not in kinds:
     raise ValueError("--serial_tiles: the prefill suite's cases must include serial")
   rows_out = []
@@ -833,7 +835,9 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
     cases = {"serial": lambda: mk(), "chunked": lambda: mk(chunked=True),
              "highest": lambda: mk(highest, chunked=True),
              "reference": lambda: mk(backend=config_lib.REFERENCE),
-             "dense": lambda: mk(dense=True)}
+             "dense": lambda: mk(dense=True),
+             "compact_serial": lambda: mk(comp, pending=False),
+             "compact_chunked": lambda: mk(comp, chunked=True, pending=False)}
     for v in serial_tiles:
       tiles = tiles_lib.tile_config(snap, batch).replace_from_text(v)
       cases[f"serial {v}"] = lambda tiles=tiles, v=v: mk(
@@ -846,7 +850,8 @@ def suite_prefill(bw, banks, blocks, dtype, lengths=(37, 512, 4096),
       rows_out.append(_row(c, t[c.name], bw, ratio_ci(t[cases[0].name], t[c.name])
                            if c is not cases[0] else None))
       if " chunked " in c.name:
-        cfg = highest if c.name.endswith(" highest") else snap
+        cfg = highest if c.name.endswith(" highest") else comp if c.name.startswith(
+            "compact") else snap
         rows_out[-1]["scratch_mb"] = chunk_scratch_mb(cfg, R, dtype, batch)
   if "compact" not in kinds:
     return rows_out
@@ -1002,10 +1007,10 @@ flags.DEFINE_list("tree_shapes", ["uniform"], "draft-tree shapes of the tree sui
 flags.DEFINE_bool("tree_variant_chains", False, "the tree suite's --tree_tiles variants time "
                   "chains of the same rows too")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
-flags.DEFINE_integer("prefill_batch", 1, "sequences B of the prefill suite's serial, "
-                     "chunked, highest, reference and dense cases (compact: B=1)")
+flags.DEFINE_integer("prefill_batch", 1, "sequences B of the prefill suite's cases "
+                     "but compact's (B=1)")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
-                                     "compact"], "cases of the prefill suite")
+                                     "compact"], "cases of the prefill suite (also compact_serial, compact_chunked)")
 flags.DEFINE_list("serial_tiles", [], "verify tiles of extra serial cases of the prefill "
                   "suite (`TileConfig.replace_from_text`, e.g. 64:4:64:body_rows=8)")
 flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],

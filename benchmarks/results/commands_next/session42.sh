@@ -4,7 +4,8 @@
 #   c4: on an H200: session39.sh h200tree (slot streams, snapshot trees and chains at B=32,
 #       16 rows, tree_cache=1 and tree_recompute=0); the ragged prefill suite (8 prompts);
 #       the output kernel at out_warps=8, out_rows=128 and both against the table (chunk_sweep,
-#       R=4096 and 512); the B=1 R=37 serial prefill's timeline (~6-8 min).
+#       R=4096 and 512); the B=1 R=37 serial prefill's timeline; the B=1 prefill in both modes
+#       (compact: nothing pending) at R=37 (serial) and 512, 4096 (chunked) (~7-9 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s42_$1; rm -rf $S; mkdir -p $S
@@ -21,6 +22,12 @@ c4)
     PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=chunk_sweep \
       --chunk_rows=$R --chunk_variants=$VS --out=$S/tiles_r$R.json > $S/tiles_r$R.log 2>&1
     echo "R=$R"; grep -hE "^\| |rror" $S/tiles_r$R.log | sed "s/block_p=64 num_warps.*conv_warps=4//"
+  done
+  for spec in 37:serial,compact_serial 512,4096:chunked,compact_chunked; do
+    PYTHONPATH=$PWD timeout -k 5 90 python3 benchmarks/bench.py --suites=prefill \
+      --prefill_batch=1 --lengths=${spec%:*} --prefill_cases=${spec#*:} \
+      --out=$S/modes_${spec%%:*}.json > $S/modes_${spec%%:*}.log 2>&1
+    grep -hE "^\| (snap|comp)|rror" $S/modes_${spec%%:*}.log | cut -c1-120
   done
   PYTHONPATH=$PWD timeout -k 5 90 python3 tools/trace_call.py --prefill --mode=snapshot \
     --batch=1 --rows=37 --calls=2 --steps=3 --show=60 > $S/ptrace_r37.log 2>&1
