@@ -47,6 +47,9 @@ def _define_flags():
                     "instead of the kernels alone")
   flags.DEFINE_string("tiles", None,
                       "verify tiles, as `TileConfig.replace_from_text` reads them")
+  flags.DEFINE_string("chunk_tiles", None,
+                      "--prefill on the chunked path: its tiles, as `ChunkTiles.from_text` "
+                      "reads them (default: the table's)")
   flags.DEFINE_bool("prefill", False, "each call a prefill of --rows rows through "
                     "`dispatch.call` with the default path (chunked or not) and tiles, every "
                     "sequence from its state after the previous call's row 0")
@@ -112,6 +115,9 @@ def main(argv):
     rows = jnp.zeros((B,), jnp.int32)
   chunked = FLAGS.prefill and dispatch.use_chunked(
       cfg, backend, R, None, jnp.bfloat16, batch=B)
+  if FLAGS.chunk_tiles and not chunked:
+    raise app.UsageError("--chunk_tiles: a prefill on the chunked path only")
+  chunk_tiles = m.ChunkTiles.from_text(FLAGS.chunk_tiles) if FLAGS.chunk_tiles else None
 
   parents = None
   if FLAGS.tree:
@@ -125,7 +131,8 @@ def main(argv):
       args = status.call_args(xbc, dt, r, None, ci, nr)
       if public:
         y, s = dispatch.call(params, s, args, cfg=cfg, backend=backend, chunked=chunked,
-                             ragged=False, entries_checked=False, parents=parents)
+                             ragged=False, entries_checked=False, parents=parents,
+                             chunk_tiles=chunk_tiles)
       else:
         y, s = dispatch.kernel_call(cfg, backend, params, s, args, tiles, parents=parents)
       ys.append(y)

@@ -6,6 +6,9 @@
 #       the output kernel at out_warps=8, out_rows=128 and both against the table (chunk_sweep,
 #       R=4096 and 512); the B=1 R=37 serial prefill's timeline; the B=1 prefill in both modes
 #       (compact: nothing pending) at R=37 (serial) and 512, 4096 (chunked) (~7-9 min).
+#   c7: the output kernel at out_rows=128, out_warps=8 against the table's 64 and 4: B=1 R=4096 and
+#       2048 prefill timelines of each (per kernel), then on an H200 chunk_sweep at R=4096,
+#       2048 and 512, then ncu of the output kernel at R=2048 for each (~6 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s42_$1; rm -rf $S; mkdir -p $S
@@ -32,6 +35,46 @@ c4)
   PYTHONPATH=$PWD timeout -k 5 90 python3 tools/trace_call.py --prefill --mode=snapshot \
     --batch=1 --rows=37 --calls=2 --steps=3 --show=60 > $S/ptrace_r37.log 2>&1
   grep -vE "^[IW]1|Warn" $S/ptrace_r37.log | grep -A12 "per call"
+  ;;
+c7)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1
+  for R in 4096 2048; do
+    for t in out_rows=64 out_rows=128:out_warps=8; do
+      PYTHONPATH=$PWD timeout -k 5 60 python3 tools/trace_call.py --prefill --mode=snapshot \
+        --batch=1 --rows=$R --calls=2 --steps=3 --show=60 --chunk_tiles=$V:$t \
+        > $S/trace_r${R}_$t.log 2>&1
+      echo "R=$R $t"; grep -vE "^[IW]1|Warn" $S/trace_r${R}_$t.log | grep -A12 "per call"
+    done
+  done
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    for R in 4096 2048 512; do
+      PYTHONPATH=$PWD timeout -k 5 60 python3 benchmarks/bench.py --suites=chunk_sweep \
+        --chunk_rows=$R --chunk_variants=$V:out_rows=64,$V:out_rows=128:out_warps=8,$V:out_rows=64 \
+        --out=$S/tiles_r$R.json > $S/tiles_r$R.log 2>&1
+      echo "R=$R"; grep -hE "^\| c|rror" $S/tiles_r$R.log | sed "s/ (rel_err[^)]*)//" \
+        | sed "s/block_p=64 num_warps.*state_stages=3//" | cut -c1-200
+    done
+  fi
+  T=m2v_jax/kernels/tiles.py
+  cp $T $S/tiles.py.orig
+  for t in table "out_rows=128, out_warps=8"; do
+    cp $S/tiles.py.orig $T
+    if [ "$t" != table ]; then
+      sed -i "s/chunk=128, out_rows=64,/chunk=128, $t,/" $T
+      grep -q "chunk=128, $t," $T || { echo "sed failed"; exit 1; }
+    fi
+    n=$(echo "$t" | tr -dc 'a-z0-9_')
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers,\
+launch__grid_size,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,\
+dram__bytes.sum,lts__t_bytes.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=2048 --calls=1 \
+      > $S/ncu_$n.log 2>&1
+    echo "ncu $t"; grep -vE "^I1|WARN" $S/ncu_$n.log | grep -E "m2v|  [a-z]" | tail -10
+  done
+  cp $S/tiles.py.orig $T && rm $S/tiles.py.orig
   ;;
 esac
 tar czf ${OUT:-/tmp/out}/$1.tgz -C /tmp s42_$1
