@@ -8,7 +8,8 @@
 #       (compact: nothing pending) at R=37 (serial) and 512, 4096 (chunked) (~7-9 min).
 #   c7: the output kernel at out_rows=128, out_warps=8 against the table's 64 and 4: B=1 R=4096 and
 #       2048 prefill timelines of each (per kernel), then on an H200 chunk_sweep at R=4096,
-#       2048 and 512, then ncu of the output kernel at R=2048 for each (~6 min).
+#       2048 and 512, then ncu of the output kernel at R=2048 for each (~6 min; NCU=0: no ncu,
+#       SWEEP="4096 2048": those lengths only).
 set -u
 D=$(dirname "$0")
 S=/tmp/s42_$1; rm -rf $S; mkdir -p $S
@@ -48,7 +49,7 @@ c7)
     done
   done
   if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    for R in 4096 2048 512; do
+    for R in ${SWEEP:-4096 2048 512}; do
       PYTHONPATH=$PWD timeout -k 5 60 python3 benchmarks/bench.py --suites=chunk_sweep \
         --chunk_rows=$R --chunk_variants=$V:out_rows=64,$V:out_rows=128:out_warps=8,$V:out_rows=64 \
         --out=$S/tiles_r$R.json > $S/tiles_r$R.log 2>&1
@@ -56,6 +57,7 @@ c7)
         | sed "s/block_p=64 num_warps.*state_stages=3//" | cut -c1-200
     done
   fi
+  [ "${NCU:-1}" = 0 ] && { tar czf ${OUT:-/tmp/out}/$1.tgz -C /tmp s42_$1; exit 0; }
   T=m2v_jax/kernels/tiles.py
   cp $T $S/tiles.py.orig
   for t in table "out_rows=128, out_warps=8"; do
