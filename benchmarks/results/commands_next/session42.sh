@@ -10,6 +10,10 @@
 #       2048 prefill timelines of each (per kernel), then on an H200 chunk_sweep at R=4096,
 #       2048 and 512, then ncu of the output kernel at R=2048 for each (~6 min; NCU=0: no ncu,
 #       SWEEP="4096 2048": those lengths only).
+#   n1: (for session 43) R=2048, B=1 bf16: the table and 128/8 output tiles in one and two
+#       segments (scratch_mb 100 and 50) by chunk_sweep, then again with dt0_always.patch
+#       (dt0 from a pointer with one segment too); ncu of the output kernel at R=2048 for
+#       the table in one and two segments (~5 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s42_$1; rm -rf $S; mkdir -p $S
@@ -75,6 +79,35 @@ dram__bytes.sum,lts__t_bytes.sum,smsp__warp_issue_stalled_long_scoreboard_per_wa
       python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=2048 --calls=1 \
       > $S/ncu_$n.log 2>&1
     echo "ncu $t"; grep -vE "^I1|WARN" $S/ncu_$n.log | grep -E "m2v|  [a-z]" | tail -10
+  done
+  cp $S/tiles.py.orig $T && rm $S/tiles.py.orig
+  ;;
+n1)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1
+  VS=$V:out_rows=64:scratch_mb=50,$V:out_rows=128:out_warps=8,$V:out_rows=128:out_warps=8:scratch_mb=50
+  for turn in plain dt0; do
+    [ $turn = dt0 ] && { patch -p1 < $D/dt0_always.patch > /dev/null || exit 1; }
+    PYTHONPATH=$PWD timeout -k 5 80 python3 benchmarks/bench.py --suites=chunk_sweep \
+      --chunk_rows=2048 --chunk_variants=$VS --out=$S/seg_$turn.json > $S/seg_$turn.log 2>&1
+    echo "$turn"; grep -hE "^\| c|rror" $S/seg_$turn.log | sed "s/ (rel_err[^)]*)//" \
+      | sed "s/block_p=64 num_warps.*state_stages=3//" | cut -c1-200
+    [ $turn = dt0 ] && patch -p1 -R < $D/dt0_always.patch > /dev/null
+  done
+  T=m2v_jax/kernels/tiles.py
+  cp $T $S/tiles.py.orig
+  for mb in 100.0 50.0; do
+    cp $S/tiles.py.orig $T
+    sed -i "s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, scratch_mb=$mb)/" $T
+    grep -q "scratch_mb=$mb)" $T || { echo "sed failed"; exit 1; }
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,\
+sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,dram__bytes.sum,\
+lts__t_bytes.sum,lts__t_sector_hit_rate.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=2048 --calls=1 \
+      > $S/ncu_mb$mb.log 2>&1
+    echo "ncu scratch_mb=$mb"; grep -vE "^I1|WARN" $S/ncu_mb$mb.log | grep -E "m2v|  [a-z]" | tail -10
   done
   cp $S/tiles.py.orig $T && rm $S/tiles.py.orig
   ;;
