@@ -13,7 +13,7 @@
 #   n1: (for session 43) R=2048, B=1 bf16: the table and 128/8 output tiles in one and two
 #       segments (scratch_mb 100 and 50) by chunk_sweep, then again with dt0_always.patch
 #       (dt0 from a pointer with one segment too); ncu of the output kernel at R=2048 for
-#       the table in one and two segments (~5 min).
+#       the table and 128/8 in one and two segments (~6 min).
 set -u
 D=$(dirname "$0")
 S=/tmp/s42_$1; rm -rf $S; mkdir -p $S
@@ -97,17 +97,20 @@ n1)
   T=m2v_jax/kernels/tiles.py
   cp $T $S/tiles.py.orig
   for mb in 100.0 50.0; do
-    cp $S/tiles.py.orig $T
-    sed -i "s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, scratch_mb=$mb)/" $T
-    grep -q "scratch_mb=$mb)" $T || { echo "sed failed"; exit 1; }
-    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
-      --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
+    for t in table 128_8; do
+      cp $S/tiles.py.orig $T
+      sed -i "s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, scratch_mb=$mb)/" $T
+      [ $t = 128_8 ] && sed -i "s/chunk=128, out_rows=64,/chunk=128, out_rows=128, out_warps=8,/" $T
+      grep -q "scratch_mb=$mb)" $T || { echo "sed failed"; exit 1; }
+      PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+        --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
 gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,\
 sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,dram__bytes.sum,\
 lts__t_bytes.sum,lts__t_sector_hit_rate.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
-      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=2048 --calls=1 \
-      > $S/ncu_mb$mb.log 2>&1
-    echo "ncu scratch_mb=$mb"; grep -vE "^I1|WARN" $S/ncu_mb$mb.log | grep -E "m2v|  [a-z]" | tail -10
+        python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=2048 --calls=1 \
+        > $S/ncu_${t}_mb$mb.log 2>&1
+      echo "ncu $t scratch_mb=$mb"; grep -vE "^I1|WARN" $S/ncu_${t}_mb$mb.log | grep -E "m2v|  [a-z]" | tail -10
+    done
   done
   cp $S/tiles.py.orig $T && rm $S/tiles.py.orig
   ;;
