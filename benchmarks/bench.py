@@ -1010,7 +1010,8 @@ flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefil
 flags.DEFINE_integer("prefill_batch", 1, "sequences B of the prefill suite's cases "
                      "but compact's (B=1)")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
-                                     "compact"], "cases of the prefill suite (also compact_serial, compact_chunked)")
+                                     "compact"],
+                  "cases of the prefill suite (also compact_serial, compact_chunked)")
 flags.DEFINE_list("serial_tiles", [], "verify tiles of extra serial cases of the prefill "
                   "suite (`TileConfig.replace_from_text`, e.g. 64:4:64:body_rows=8)")
 flags.DEFINE_list("ragged_lengths", [str(n) for n in RAGGED_LENGTHS],
