@@ -1008,7 +1008,7 @@ flags.DEFINE_bool("tree_variant_chains", False, "the tree suite's --tree_tiles v
                   "chains of the same rows too")
 flags.DEFINE_list("lengths", ["37", "512", "4096"], "chunk lengths of the prefill suite")
 flags.DEFINE_integer("prefill_batch", 1, "sequences B of the prefill suite's cases "
-                     "but compact's (B=1)")
+                     "but the `compact` case's (B=1)")
 flags.DEFINE_list("prefill_cases", ["serial", "chunked", "highest", "reference", "dense",
                                      "compact"],
                   "cases of the prefill suite (also compact_serial, compact_chunked)")

@@ -84,3 +84,18 @@ def test_prefill_suite_takes_a_batch(tmp_path):
   rows = json.loads(out.read_text())["prefill"]
   assert [r["name"].split(" row=")[0] for r in rows] == ["snapshot B=3 R=20"] * 2, rows
   assert rows[1]["scratch_mb"] > 0
+
+
+def test_prefill_suite_times_compact_mode(tmp_path):
+  """compact_serial and compact_chunked: compact mode at each length, one state written
+  (a lower floor than snapshot's, which writes `capacity`), the same chunked scratch."""
+  out = tmp_path / "bench.json"
+  res = run_prefill_suite(out, "--lengths=20", "--prefill_batch=2",
+                          "--prefill_cases=serial,chunked,compact_serial,compact_chunked")
+  assert res.returncode == 0, res.stderr[-2000:]
+  rows = {r["name"]: r for r in json.loads(out.read_text())["prefill"]}
+  snap_s, snap_c, comp_s, comp_c = (rows[f"{mode} B=2 R=20 row=0 {kind}"] for mode, kind in (
+      ("snapshot", "reference"), ("snapshot", "chunked bf16"), ("compact", "reference"),
+      ("compact", "chunked bf16")))
+  assert comp_s["floor_us"] < snap_s["floor_us"] and comp_c["floor_us"] < snap_c["floor_us"]
+  assert comp_c["scratch_mb"] == snap_c["scratch_mb"] > 0

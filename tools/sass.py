@@ -12,6 +12,8 @@ the register spills discussed in BENCHMARKS.md.
     python tools/sass.py --mode=compact --batch=32 --window=32 --out=/tmp/sass_w32
     python tools/sass.py --mode=snapshot --rows=4096 --chunked --out=/tmp/sass
     python tools/sass.py --mode=snapshot --rows=2048 --chunked --precision=highest
+    python tools/sass.py --mode=snapshot --rows=2048 --chunked \
+      --chunk_tiles=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_warps=8
 """
 
 from __future__ import annotations
@@ -44,21 +46,25 @@ def _define_flags():
                     "the chunked prefill's products (default: by activation dtype)")
   flags.DEFINE_string("tiles", None, "verify tiles, as `TileConfig.replace_from_text` reads "
                       "them (default: the table's)")
+  flags.DEFINE_string("chunk_tiles", None, "--chunked: the chunked prefill's tiles, as "
+                      "`ChunkTiles.from_text` reads them (fields not given: ChunkTiles' "
+                      "defaults; without the flag, the table's)")
   flags.DEFINE_bool("tree", False, "a draft tree's verify call (`parents`)")
   flags.DEFINE_integer("capacity", None, "capacity (default: Bolt's, 8)")
   flags.DEFINE_bool("z", False, "a gated call (z given)")
 
 
 def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None, tree=False,
-                    z=False):
+                    z=False, chunk_tiles=None):
   """`backend.triton_kernels` of one verify / prefill call of `cfg` (verify `tiles`: a
-  `TileConfig`, default the table's; `tree`: a draft tree's verify call; `z`: gated)."""
+  `TileConfig`, default the table's; `tree`: a draft tree's verify call; `z`: gated;
+  `chunk_tiles`: a chunked prefill's `ChunkTiles`, default the table's)."""
   def f(p, s, a, *par):
     if (tiles is not None or tree) and not chunked:
       return dispatch.kernel_call(cfg, config_lib.PALLAS, p, s, a, tiles,
                                   parents=par[0] if par else None)
     return dispatch.call(p, s, a, cfg=cfg, backend=config_lib.PALLAS, chunked=chunked,
-                         ragged=False)
+                         ragged=False, chunk_tiles=chunk_tiles)
 
   par = (jax.ShapeDtypeStruct((B, R), jnp.int32),) if tree else ()
   return backend.triton_kernels(f, *dispatch.abstract_call_args(cfg, B, R, z=z, dtype=dtype), *par,
@@ -98,9 +104,18 @@ def main(argv):
   tiles = None
   if FLAGS.tiles:
     tiles = tiles_lib.tile_config(cfg, FLAGS.batch).replace_from_text(FLAGS.tiles)
+  chunk_tiles = None
+  if FLAGS.chunk_tiles:
+    if not FLAGS.chunked:
+      raise app.UsageError("--chunk_tiles: with --chunked only")
+    try:
+      chunk_tiles = tiles_lib.ChunkTiles.from_text(FLAGS.chunk_tiles)
+    except ValueError as err:
+      raise app.UsageError(f"--chunk_tiles: {err}") from None
   for name, (ir, warps, stages) in kernels_of_call(cfg, FLAGS.batch, FLAGS.rows,
                                                    FLAGS.chunked, tiles=tiles,
-                                                   tree=FLAGS.tree, z=FLAGS.z).items():
+                                                   tree=FLAGS.tree, z=FLAGS.z,
+                                                   chunk_tiles=chunk_tiles).items():
     path = os.path.join(FLAGS.out, name + ".ttir")
     with open(path, "w") as fh:
       fh.write(ir)

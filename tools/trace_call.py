@@ -49,10 +49,12 @@ def _define_flags():
                       "verify tiles, as `TileConfig.replace_from_text` reads them")
   flags.DEFINE_string("chunk_tiles", None,
                       "--prefill on the chunked path: its tiles, as `ChunkTiles.from_text` "
-                      "reads them (default: the table's)")
+                      "reads them (fields not given: ChunkTiles' defaults; without the flag, "
+                      "the table's)")
   flags.DEFINE_bool("prefill", False, "each call a prefill of --rows rows through "
-                    "`dispatch.call` with the default path (chunked or not) and tiles, every "
-                    "sequence from its state after the previous call's row 0")
+                    "`dispatch.call` with the default path (chunked or not), the table's tiles "
+                    "(or --chunk_tiles), every sequence from its state after the previous "
+                    "call's row 0")
   flags.DEFINE_bool("copies", False, "also print the compiled step's copy and "
                     "dynamic-update-slice instructions of 65,536 elements or more (XLA's "
                     "HLO, from a separate compile of the step), with their shapes")
@@ -106,7 +108,7 @@ def main(argv):
   public = FLAGS.public or FLAGS.prefill
   if FLAGS.tiles:
     if public:
-      raise app.UsageError("--tiles: --public and --prefill run the table's tiles "
+      raise app.UsageError("--tiles: --public and --prefill run the table's verify tiles "
                            "(dispatch.call)")
     tiles = tiles.replace_from_text(FLAGS.tiles)
   if FLAGS.prefill:
@@ -117,7 +119,12 @@ def main(argv):
       cfg, backend, R, None, jnp.bfloat16, batch=B)
   if FLAGS.chunk_tiles and not chunked:
     raise app.UsageError("--chunk_tiles: a prefill on the chunked path only")
-  chunk_tiles = m.ChunkTiles.from_text(FLAGS.chunk_tiles) if FLAGS.chunk_tiles else None
+  chunk_tiles = None
+  if FLAGS.chunk_tiles:
+    try:
+      chunk_tiles = m.ChunkTiles.from_text(FLAGS.chunk_tiles)
+    except ValueError as err:
+      raise app.UsageError(f"--chunk_tiles: {err}") from None
 
   parents = None
   if FLAGS.tree:
