@@ -117,10 +117,10 @@ def main(argv):
     rows = jnp.zeros((B,), jnp.int32)
   chunked = FLAGS.prefill and dispatch.use_chunked(
       cfg, backend, R, None, jnp.bfloat16, batch=B)
-  if FLAGS.chunk_tiles and not chunked:
-    raise app.UsageError("--chunk_tiles: a prefill on the chunked path only")
   chunk_tiles = None
   if FLAGS.chunk_tiles:
+    if not chunked:
+      raise app.UsageError("--chunk_tiles: a prefill on the chunked path only")
     try:
       chunk_tiles = m.ChunkTiles.from_text(FLAGS.chunk_tiles)
     except ValueError as err:
