@@ -182,8 +182,9 @@ def chunk_plan(cfg, backend, state, T, S, y_dtype, has_z, max_body, tiles=None
 
 
 def _with_trailing(a, value):
-  """[S] -> [S+1]: `a` and the entry of the rows past the sequences."""
-  return jnp.concatenate([a, jnp.reshape(value, (1,)).astype(a.dtype)])
+  """[S] -> [S+1]: `a` and the entry of the rows past the sequences (numpy for numpy `a`)."""
+  xp = np if isinstance(a, np.ndarray) else jnp
+  return xp.concatenate([a, xp.reshape(xp.asarray(value), (1,)).astype(a.dtype)])
 
 
 def slot_dt(plan_: chunk_scan.ChunkPlan, slots, params, dt):
@@ -212,8 +213,10 @@ def conv_after_bodies(cfg, conv0, xbc, base, rb):
 
 def packed_slots(plan_: chunk_scan.ChunkPlan, base, n, span, trailing):
   """(body rows rb [S], `chunk_scan.Slots`) of S sequences at flat rows `base` with n rows and
-  span rows reserved, the rows from `trailing` on filled."""
-  rb = jnp.maximum(n - plan_.cfg.capacity, 0).astype(jnp.int32)
+  span rows reserved, the rows from `trailing` on filled; built on the host where `base`, n
+  and span are numpy arrays and `trailing` an int (`chunk_scan.slot_table`)."""
+  xp = np if isinstance(n, np.ndarray) else jnp
+  rb = xp.maximum(n - plan_.cfg.capacity, 0).astype(np.int32)
   T = plan_.T
   return rb, chunk_scan.slot_table(
       plan_, _with_trailing(base, trailing), _with_trailing(n, 0),
@@ -224,15 +227,18 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
                 tiles=None):
   """A prefill of S sequences in flat rows (`args.xbc` [T, C], dt [T, H], z [T, H*P]):
   sequence s is rows base[s] .. + n - 1, n = `args.num_rows`[s] in [1, R] (else rejected),
-  then span[s] - n rows of y to fill; rows from `trailing` on: y = 0. Returns (y [T, H*P],
-  new state)."""
+  then span[s] - n rows of y to fill; rows from `trailing` on: y = 0. Where `args.num_rows`,
+  base and span are numpy arrays and `trailing` an int, the layout is the host's: the slot
+  table and the rows gathered are constants of the compiled call. Returns (y [T, H*P], new
+  state)."""
   xbc, dt, z = args.xbc, args.dt, args.z
   state_row, ci = args.state_row, args.cache_indices
   T, S, cap = xbc.shape[0], state_row.shape[0], cfg.capacity
   E = state.ssm.shape[0]
   i32 = jnp.int32
   safe, valid, pad = status.entry_status(cfg, state, R, args)
-  n = jnp.clip(args.num_rows, 0, span).astype(i32)
+  xp = np if isinstance(args.num_rows, np.ndarray) else jnp
+  n = xp.clip(args.num_rows, 0, span).astype(i32)
   p = chunk_plan(cfg, backend, state, T, S, xbc.dtype, z is not None, max(R - cap, 1), tiles)
   rb, slots = packed_slots(p, base, n, span, trailing)                # body rows of each
   if cfg.compact:
@@ -270,8 +276,8 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
         conv_end.astype(state.conv.dtype), mode="drop")
     state = SnapshotState(ssm=ssm, conv=conv)
   # Each sequence's last min(n, cap) rows, from row base + rb: one verify call.
-  m = jnp.minimum(n, cap)
-  rows = (base + rb)[:, None] + jnp.arange(cap, dtype=i32)[None, :]   # [S, cap]
+  m = xp.minimum(n, cap)
+  rows = (base + rb)[:, None] + xp.arange(cap, dtype=i32)[None, :]    # [S, cap]
   take = lambda a: None if a is None else a[jnp.clip(rows, 0, T - 1)]
   y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
       take(xbc), take(dt), tail_row, take(z), ci, jnp.clip(m, 1, cap)))
@@ -286,12 +292,12 @@ def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tile
   if R <= cfg.capacity:
     raise ValueError(f"chunked prefill: needs R > capacity ({cfg.capacity}), got R={R}")
   flat = lambda a: None if a is None else a.reshape((B * R,) + a.shape[2:])
-  n = args.num_rows if ragged else jnp.full((B,), R, jnp.int32)
-  base = jnp.arange(B, dtype=jnp.int32) * R
+  n = args.num_rows if ragged else np.full((B,), R, np.int32)     # the host's layout
+  base = np.arange(B, dtype=np.int32) * R
   y, state = packed_call(
       cfg, backend, params, state,
       args._replace(xbc=flat(args.xbc), dt=flat(args.dt), z=flat(args.z), num_rows=n),
-      base, jnp.full((B,), R, jnp.int32), jnp.int32(B * R), R=R, tiles=tiles)
+      base, np.full((B,), R, np.int32), B * R, R=R, tiles=tiles)
   return y.reshape(B, R, -1), state
 
 

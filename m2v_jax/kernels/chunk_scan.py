@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
@@ -304,31 +305,36 @@ def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
   (floor(nb / segments) or one more; one chunk in each of the first nb segments where nb is
   fewer), its part j in segment j; a segment lists the sequences' parts in order, each part's
   chunks in order, and the last segment then each block to fill. In one segment: each body
-  in chunks, then each filled block."""
+  in chunks, then each filled block.
+
+  With numpy inputs (a layout the host knows) the table is built on the host, as numpy
+  arrays, and enters the kernels as constants; else it is built on the device."""
+  xp = np if all(isinstance(a, np.ndarray) for a in (base, n, span, rb)) else jnp
+  base, n, span, rb = (xp.asarray(a) for a in (base, n, span, rb))
   L, ns, S1 = plan.chunk, plan.n_slots, plan.S + 1
   nseg, per = plan.segment_count, plan.segment_slots
-  i32 = jnp.int32
+  i32 = np.int32
   gap = span - n
   nb, ng = (rb + L - 1) // L, (gap + L - 1) // L
-  j1 = jnp.arange(nseg + 1, dtype=i32)[:, None]
+  j1 = xp.arange(nseg + 1, dtype=i32)[:, None]
   even = j1 * (nb // nseg) + j1 * (nb % nseg) // nseg                 # j nb // nseg, in int32
-  lo = jnp.where(nb >= nseg, even, jnp.minimum(nb, j1))             # [nseg+1, S1] part starts
+  lo = xp.where(nb >= nseg, even, xp.minimum(nb, j1))               # [nseg+1, S1] part starts
   part = lo[1:] - lo[:-1]                                           # [nseg, S1]
-  fills = jnp.zeros((nseg, S1), i32).at[nseg - 1].set(ng)
-  sizes = jnp.concatenate([part, fills], axis=1)                    # [nseg, 2 S1]
-  ends = jnp.cumsum(sizes, axis=1)
+  fills = xp.where(j1[1:] == nseg, ng[None, :], 0)                  # the last segment's
+  sizes = xp.concatenate([part, fills], axis=1)                     # [nseg, 2 S1]
+  ends = xp.cumsum(sizes, axis=1)
   starts = ends - sizes
-  i = jnp.arange(ns, dtype=i32)
-  j = jnp.minimum(i // per, nseg - 1)                               # the slot's segment
+  i = xp.arange(ns, dtype=i32)
+  j = xp.minimum(i // per, nseg - 1)                                # the slot's segment
   at = i - j * per
-  k = jnp.sum(ends[j] <= at[:, None], axis=1).astype(i32)           # 2(S+1): unused
+  k = xp.sum(ends[j] <= at[:, None], axis=1).astype(i32)            # 2(S+1): unused
   used = k < 2 * S1
-  kk = jnp.minimum(k, 2 * S1 - 1)
+  kk = xp.minimum(k, 2 * S1 - 1)
   body = kk < S1
-  s = jnp.where(body, kk, kk - S1)
-  c = at - starts[j, kk] + jnp.where(body, lo[j, s], 0)            # chunk (block) of it
-  row0 = jnp.where(used, base[s] + jnp.where(body, 0, n[s]) + c * L, 0)
-  rows = jnp.where(used, jnp.minimum(L, jnp.where(body, rb[s], gap[s]) - c * L), 0)
+  s = xp.where(body, kk, kk - S1)
+  c = at - starts[j, kk] + xp.where(body, lo[j, s], 0)             # chunk (block) of it
+  row0 = xp.where(used, base[s] + xp.where(body, 0, n[s]) + c * L, 0)
+  rows = xp.where(used, xp.minimum(L, xp.where(body, rb[s], gap[s]) - c * L), 0)
   has = part > 0
   flag = lambda a: (a & has).astype(i32)
   return Slots(s.astype(i32), row0.astype(i32), rows.astype(i32), (body & used).astype(i32),
