@@ -8,6 +8,9 @@
 #       then the chunked prefill at R=512 and 4096 with and without `static_slots.patch` (the
 #       slot table of a layout the host knows built on the host: the working tree has it),
 #       new, old, new, and R=512's timeline without it.
+#   p1: the fused pass in N tiles (`ChunkTiles.pass_cols` 64 and 32 of dstate 128, and 64
+#       with two load stages) against the table (whole state rows), chunk_sweep B=1 bf16 at
+#       R=4096 and 512; then ncu of the fused pass at R=512, the table and pass_cols=64.
 set -u
 D=$(dirname "$0")
 S=/tmp/s43_$1; rm -rf $S; mkdir -p $S
@@ -26,7 +29,37 @@ ser() {  # ser NAME: the prefill suite's chunked case, B=1 bf16, R=512 and 4096
     > $S/$1.log 2>&1
   echo "$1"; grep -hE "^\| (snap|chunk)" $S/$1.log | cut -c1-100
 }
+V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1   # the table's
+sweep() {  # sweep NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant)
+  PYTHONPATH=$PWD timeout -k 5 ${T:-110} python3 benchmarks/bench.py --suites=chunk_sweep \
+    --chunk_rows=$2 --chunk_variants=$3 --out=$S/$1.json > $S/$1.log 2>&1
+  echo "$1"; grep -hE "^\| c|rror" $S/$1.log | sed "s/block_p=64 num_warps.*state_stages=3//" \
+    | cut -c1-220
+}
 case "$1" in
+p1)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  for R in 4096 512; do
+    sweep cols_r$R $R $V:pass_cols=64,$V:pass_cols=32,$V:pass_cols=64:state_stages=2
+  done
+  T=m2v_jax/kernels/tiles.py
+  cp $T $S/tiles.py.orig
+  for t in table cols64; do
+    cp $S/tiles.py.orig $T
+    [ $t = cols64 ] && { sed -i "s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, pass_cols=64)/" $T
+      grep -q "pass_cols=64)" $T || { echo "sed failed"; cp $S/tiles.py.orig $T; exit 1; }; }
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_states_pass --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,\
+sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,dram__bytes.sum,\
+smsp__issue_active.avg.pct_of_peak_sustained_active,\
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
+      > $S/ncu_pass_$t.log 2>&1
+    echo "ncu $t"; grep -vE "^I1|WARN" $S/ncu_pass_$t.log | grep -E "m2v|  [a-z]" | tail -10
+  done
+  cp $S/tiles.py.orig $T && rm $S/tiles.py.orig
+  ;;
 t1)
   nvidia-smi --query-gpu=name --format=csv,noheader
   for R in 37 512 4096; do trace r$R $R; done
