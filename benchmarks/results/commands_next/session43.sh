@@ -11,6 +11,9 @@
 #   p1: the fused pass in N tiles (`ChunkTiles.pass_cols` 64 and 32 of dstate 128, and 64
 #       with two load stages) against the table (whole state rows), chunk_sweep B=1 bf16 at
 #       R=4096 and 512; then ncu of the fused pass at R=512, the table and pass_cols=64.
+#   p2: p1's sweep again (its third variant named state_stages twice, so p1's sweeps did not
+#       run), without and with `pass_b_ahead.patch` (the fused pass also loads the next
+#       chunk's B before this chunk's work): the table, pass_cols 64 and 32, at R=4096, 512.
 set -u
 D=$(dirname "$0")
 S=/tmp/s43_$1; rm -rf $S; mkdir -p $S
@@ -59,6 +62,16 @@ smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
     echo "ncu $t"; grep -vE "^I1|WARN" $S/ncu_pass_$t.log | grep -E "m2v|  [a-z]" | tail -10
   done
   cp $S/tiles.py.orig $T && rm $S/tiles.py.orig
+  ;;
+p2)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  for turn in plain bahead; do
+    [ $turn = bahead ] && { patch -p1 < $D/pass_b_ahead.patch > /dev/null || exit 1; }
+    for R in 4096 512; do
+      T=100 sweep cols_${turn}_r$R $R $V:pass_cols=64,$V:pass_cols=32
+    done
+    [ $turn = bahead ] && patch -p1 -R < $D/pass_b_ahead.patch > /dev/null
+  done
   ;;
 t1)
   nvidia-smi --query-gpu=name --format=csv,noheader
