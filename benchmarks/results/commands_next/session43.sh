@@ -2,7 +2,7 @@
 # Session 43's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session43.sh CALL
 # Outputs go to /tmp/s43_CALL and are packed into $OUT/CALL.tgz (also when a case stops early).
 # Predictions: ../session43/README.md.
-#   t1: B=1 bf16 snapshot prefill timelines (per kernel, one prefill a step) at R=37, 512 and
+#   t1: B=1 bf16 snapshot prefill timelines (per kernel, one prefill a step) at R=512 and
 #       4096, with XLA's optimized HLO of each step dumped (the fusions' names in the timeline
 #       are the HLO's), to find what the small XLA kernels around the Pallas launches compute;
 #       then the chunked prefill at R=512 and 4096 with and without `static_slots.patch` (the
@@ -14,6 +14,7 @@
 #   p2: p1's sweep again (its third variant named state_stages twice, so p1's sweeps did not
 #       run), without and with `pass_b_ahead.patch` (the fused pass also loads the next
 #       chunk's B before this chunk's work): the table, pass_cols 64 and 32, at R=4096, 512.
+#   g1: the compiled GPU tests of the chunked prefill (prefill, packed, chunk, segment).
 set -u
 D=$(dirname "$0")
 S=/tmp/s43_$1; rm -rf $S; mkdir -p $S
@@ -73,9 +74,15 @@ p2)
     [ $turn = bahead ] && patch -p1 -R < $D/pass_b_ahead.patch > /dev/null
   done
   ;;
+g1)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="prefill or packed or chunk or segment" \
+    M2V_LIMIT_GPU_TESTS=330 OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
+  tail -5 $S/gpu_tests.log
+  ;;
 t1)
   nvidia-smi --query-gpu=name --format=csv,noheader
-  for R in 37 512 4096; do trace r$R $R; done
+  for R in 512 4096; do trace r$R $R; done
   ser new
   patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
   ser old; trace old_r512 512
