@@ -13,7 +13,8 @@
 #       R=4096 and 512; then ncu of the fused pass at R=512, the table and pass_cols=64.
 #   p2: p1's sweep again (its third variant named state_stages twice, so p1's sweeps did not
 #       run), without and with `pass_b_ahead.patch` (the fused pass also loads the next
-#       chunk's B before this chunk's work): the table, pass_cols 64 and 32, at R=4096, 512.
+#       chunk's B before this chunk's work): the table, pass_cols 64 and 32, at R=4096, 512
+#       (P2_ROWS: those lengths).
 #   g1: the compiled GPU tests of the chunked prefill (prefill, packed, chunk, segment).
 set -u
 D=$(dirname "$0")
@@ -68,7 +69,7 @@ p2)
   nvidia-smi --query-gpu=name --format=csv,noheader
   for turn in plain bahead; do
     [ $turn = bahead ] && { patch -p1 < $D/pass_b_ahead.patch > /dev/null || exit 1; }
-    for R in 4096 512; do
+    for R in ${P2_ROWS:-4096 512}; do
       T=100 sweep cols_${turn}_r$R $R $V:pass_cols=64,$V:pass_cols=32
     done
     [ $turn = bahead ] && patch -p1 -R < $D/pass_b_ahead.patch > /dev/null
