@@ -399,35 +399,6 @@ class PrefillChecks:
         assert_close(y4, y2, 1e-6, "y, fused in P tiles of 4")
         assert_close(four.ssm, two.ssm, 1e-6, "ssm, fused in P tiles of 4")
 
-  @pytest.mark.parametrize("mode", matrix(["snapshot", "compact"], keep={0}))
-  def test_fused_pass_in_state_column_tiles(self, mode):
-    """The fused chunk-states pass in N tiles (`pass_cols` 16 of dstate 32: two programs a
-    P tile) against the reference, and against whole rows of the state (each column's sums
-    are the same; the dots' shapes differ, so to float32 rounding)."""
-    cfg = small_cfg(mode=mode, headdim=16, dstate=32)
-    p = m.random_params(cfg, 44)
-    rng = np.random.default_rng(44)
-    B, R = 2, 51                                       # body 43 rows: 3 chunks of 16
-    state = random_state(cfg, B, rng=rng)
-    start = copy_state(state)
-    rows = np.array([3, 0], np.int32)
-    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
-
-    def run(backend, **fields):
-      tiles = m.ChunkTiles(chunk=16, fused_pass=1, **fields)
-      return m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
-                       backend=backend, chunked=backend != "reference", chunk_tiles=tiles)
-
-    y_ref, want = run("reference")
-    y, got = run(self.backend, pass_cols=16)
-    assert pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=True, y_dtype=jnp.float32,
-                        tiles=m.ChunkTiles(fused_pass=1, pass_cols=16)).pass_cols == 16
-    assert_close(y, y_ref, 1e-5, "y")
-    assert_states_close(got, want, 1e-5)
-    y2, whole = run(self.backend)
-    assert_close(y, y2, 1e-6, "y, against whole state rows")
-    assert_close(got.ssm, whole.ssm, 1e-6, "ssm, against whole state rows")
-
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
     for name in ("MIN_CHUNKED_ROWS", "MIN_CHUNKED_ROWS_BF16", "MIN_CHUNKED_ROWS_BF16_BATCHED",

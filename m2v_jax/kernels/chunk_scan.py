@@ -59,7 +59,7 @@ class ChunkPlan:
                        f"{self.cfg.d_conv - 1} rows")
     dims = dict(chunk=self.chunk, local_block_p=self.local_block_p, out_rows=self.out_rows)
     if self.tiles.fused_pass:
-      dims.update(block_p=self.block_p, pass_cols=self.pass_cols)
+      dims["block_p"] = self.block_p
     if not self.interpret and min(dims.values()) < 16:
       raise ValueError(f"chunked prefill: compiled dots need {', '.join(dims)} >= 16, got "
                        f"{', '.join(map(str, dims.values()))}")
@@ -94,11 +94,6 @@ class ChunkPlan:
   def block_p(self) -> int:
     """P rows per state-passing program, dividing headdim."""
     return tiles_lib.pow2_divisor(self.cfg.headdim, self.tiles.block_p)
-
-  @property
-  def pass_cols(self) -> int:
-    """Columns of the state (of N) per fused-pass program, dividing dstate."""
-    return tiles_lib.pow2_divisor(self.cfg.dstate, self.tiles.pass_cols)
 
   @property
   def local_block_p(self) -> int:
@@ -449,22 +444,21 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     _for_heads(NH, head)
 
 
-def _pool_at(plan: ChunkPlan, idx_ref, slot_ref, b, h, ps, ns=slice(None)):
-  """Index of sequence b's head-h, P-tile `ps`, N-tile `ns` state in the pool's ssm leaf: its
-  entry's base (compact) or starting slot (snapshot)."""
+def _pool_at(plan: ChunkPlan, idx_ref, slot_ref, b, h, ps):
+  """Index of sequence b's head-h, P-tile `ps` state in the pool's ssm leaf: its entry's base
+  (compact) or starting slot (snapshot)."""
   e = jnp.maximum(idx_ref[b], 0)
-  return (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, ns)
+  return (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
 
 
-def _start_state(plan: ChunkPlan, ssm_ref, at, cin_ref, carry_ref, b, h, ps, ns=slice(None)):
-  """Sequence b's float32 state tile (P rows `ps`, N columns `ns`) before its first body slot
-  of the segment: the pool's at `at`, or its carried one where its body began in an earlier
-  segment."""
+def _start_state(plan: ChunkPlan, ssm_ref, at, cin_ref, carry_ref, b, h, ps):
+  """Sequence b's float32 state before its first body slot of the segment: the pool's at
+  `at`, or its carried one where its body began in an earlier segment."""
   st = ssm_ref[at].astype(f32)
   if carry_ref is None:
     return st
   cin = cin_ref[b] > 0
-  return jnp.where(cin, backend.load(carry_ref.at[_carried(plan, b), h, ps, ns], cin), st)
+  return jnp.where(cin, backend.load(carry_ref.at[_carried(plan, b), h, ps, :], cin), st)
 
 
 def _carried(plan: ChunkPlan, b):
@@ -472,15 +466,14 @@ def _carried(plan: ChunkPlan, b):
   return jnp.minimum(b, plan.S - 1)
 
 
-def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps,
-               ns=slice(None)) -> None:
-  """Stores sequence b's state tile after its last body slot of the segment: into the pool at
+def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps) -> None:
+  """Stores sequence b's state after its last body slot of the segment: into the pool at
   `at`, or into its carried state where its body goes on in a later segment."""
   if carry_out_ref is None:
     ssm_out_ref[at] = st.astype(ssm_out_ref.dtype)
     return
   cout = cout_ref[b] > 0
-  backend.store(carry_out_ref.at[_carried(plan, b), h, ps, ns], st, cout)
+  backend.store(carry_out_ref.at[_carried(plan, b), h, ps, :], st, cout)
   backend.store(ssm_out_ref.at[at], st.astype(ssm_out_ref.dtype), jnp.logical_not(cout))
 
 
@@ -488,25 +481,23 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
                               dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
                               carry_ref=None, cout_ref=None, carry_out_ref=None,
                               dt0_ref=None, plan: ChunkPlan):
-  """Chunk states and state passing in one, grid (P / block_p * N / pass_cols, H, S+1): a
-  sequence's body slots in order, each slot's own state tile [block_p, pass_cols] by
-  `_own_from` and st = dec * st + own (the state's columns are independent).
+  """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
+  slots in order, each slot's own state by `_own_from` and st = dec * st + own.
 
     Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`.
   """
   cfg = plan.cfg
-  N, HP, L, BP, BN = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p, plan.pass_cols
-  pid, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  pid_p, pid_n = pid // (N // BN), pid % (N // BN)            # N tiles of a P tile adjacent
-  ps, ns = pl.ds(pid_p * BP, BP), pl.ds(pid_n * BN, BN)
+  N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  ps = pl.ds(pid_p * BP, BP)
   first = first_ref[b]
-  bcols = pl.ds(HP + h // cfg.heads_per_group * N + pid_n * BN, BN)
-  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps, ns)
+  bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
+  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
   dt0 = _dt_row(dt0_ref)
 
   @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
   def _run():
-    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps, ns)
+    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
     a_h, last = -jnp.exp(alog_ref[h]), first + count_ref[b] - 1
     rows_of = lambda i: _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
 
@@ -515,11 +506,11 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
       i = first + c
       ahead = rows_of(jnp.minimum(i + 1, last))
       own, dec = _own_from(plan, x, dtv, a_h, xr_ref[pl.ds(i * L, L), bcols])
-      st_ref[i, h, ps, ns] = st.astype(st_ref.dtype)
+      st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
       return (dec * st + own,) + ahead
 
     st = lax.fori_loop(0, count_ref[b], chunk, (st,) + rows_of(first))[0]
-    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps, ns)
+    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
 def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
@@ -711,8 +702,8 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
         _chunk_states_pass_kernel,
         inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm, **dt0),
         outputs=passed_out, aliases=carried,
-        grid=(P // plan.block_p * (N // plan.pass_cols), H, S1), num_warps=t.state_warps,
-        num_stages=t.state_stages, name=f"m2v_chunk_states_pass_{tag}")
+        grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
+        name=f"m2v_chunk_states_pass_{tag}")
   else:
     own = launch(
         _chunk_states_kernel, inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, **dt0),

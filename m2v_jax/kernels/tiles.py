@@ -178,8 +178,6 @@ class ChunkTiles:
     chunk: rows per chunk (>= 16 compiled).
     block_p, num_warps, num_stages: the state-passing kernel's P tile, warps, pipelining;
       with `fused_pass` block_p is the fused kernel's P tile (>= 16 compiled).
-    pass_cols: with `fused_pass`, the fused kernel's N tile: columns of the state per
-      program (>= 16 compiled; at most dstate).
     local_block_p: P tile of the chunk-states and output kernels (>= 16 compiled).
     state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
       program (sharing the group's B rows) and pipelining.
@@ -215,7 +213,6 @@ class ChunkTiles:
   out_rows: int = 64
   fused_pass: int = 0
   scratch_mb: float = 100.0
-  pass_cols: int = 256
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -228,8 +225,7 @@ class ChunkTiles:
       raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
-                                "conv_rows", "conv_cols", "conv_warps", "out_rows",
-                                "pass_cols"))
+                                "conv_rows", "conv_cols", "conv_warps", "out_rows"))
 
   @classmethod
   def from_text(cls, text: str) -> "ChunkTiles":

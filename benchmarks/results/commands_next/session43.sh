@@ -15,6 +15,8 @@
 #       run), without and with `pass_b_ahead.patch` (the fused pass also loads the next
 #       chunk's B before this chunk's work): the table, pass_cols 64 and 32, at R=4096, 512
 #       (P2_ROWS: those lengths).
+#   t2: t1 in less time: the A/B first (new, old, new), then R=512's timeline without and
+#       with the patch.
 #   g1: the compiled GPU tests of the chunked prefill (prefill, packed, chunk, segment).
 set -u
 D=$(dirname "$0")
@@ -74,6 +76,18 @@ p2)
     done
     [ $turn = bahead ] && patch -p1 -R < $D/pass_b_ahead.patch > /dev/null
   done
+  ;;
+t2)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  ser new
+  patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
+  ser old
+  patch -p1 < $D/static_slots.patch > /dev/null || exit 1
+  ser new2
+  patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
+  trace old_r512 512
+  patch -p1 < $D/static_slots.patch > /dev/null || exit 1
+  trace r512 512
   ;;
 g1)
   nvidia-smi --query-gpu=name --format=csv,noheader
