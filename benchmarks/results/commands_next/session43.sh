@@ -17,6 +17,7 @@
 #       (P2_ROWS: those lengths).
 #   t2: t1 in less time: the A/B first (new, old, new), then R=512's timeline without and
 #       with the patch.
+#   t3: t2's A/B alone (new, old, new), for a short call.
 #   g1: the compiled GPU tests of the chunked prefill (prefill, packed, chunk, segment).
 set -u
 D=$(dirname "$0")
@@ -88,6 +89,14 @@ t2)
   trace old_r512 512
   patch -p1 < $D/static_slots.patch > /dev/null || exit 1
   trace r512 512
+  ;;
+t3)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  ser new
+  patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
+  ser old
+  patch -p1 < $D/static_slots.patch > /dev/null || exit 1
+  ser new2
   ;;
 g1)
   nvidia-smi --query-gpu=name --format=csv,noheader
