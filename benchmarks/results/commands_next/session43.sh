@@ -18,6 +18,9 @@
 #   t2: t1 in less time: the A/B first (new, old, new), then R=512's timeline without and
 #       with the patch.
 #   t3: t2's A/B alone (new, old, new), for a short call.
+#   s1: ncu with source counters (stall reasons by SASS line) of the fused pass and the output
+#       kernel at R=512 (B=1 bf16 snapshot, the first launch of each): where a chunk's step
+#       of the pass waits, and a column block of the output kernel.
 #   g1: the compiled GPU tests of the chunked prefill (prefill, packed, chunk, segment).
 set -u
 D=$(dirname "$0")
@@ -97,6 +100,32 @@ t3)
   ser old
   patch -p1 < $D/static_slots.patch > /dev/null || exit 1
   ser new2
+  ;;
+s1)
+  nvidia-smi --query-gpu=name --format=csv,noheader; ncu --version | tail -1
+  for k in m2v_chunk_states_pass m2v_chunk_out; do
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 120 ncu --clock-control none \
+      --kernel-name regex:$k --launch-skip 0 --launch-count 1 --section WarpStateStats \
+      --section SourceCounters --section LaunchStats --section Occupancy -o $S/$k -f \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
+      > $S/ncu_$k.log 2>&1
+    timeout -k 5 60 ncu -i $S/$k.ncu-rep --page source --csv --print-source sass \
+      > $S/${k}_sass.csv 2> $S/${k}_sass.err
+    timeout -k 5 60 ncu -i $S/$k.ncu-rep --page details > $S/${k}_details.txt 2>&1
+    echo "$k"; grep -E "Registers|Warp Cycles|Achieved Occ|Stall|Duration" $S/${k}_details.txt | head -12
+    python3 - $S/${k}_sass.csv <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+if not rows:
+  sys.exit("no rows")
+key = next((k for k in rows[0] if "Warp Stall Sampling (All" in k), None)
+print("columns:", [k for k in rows[0]][:12])
+if key:
+  top = sorted(rows, key=lambda r: -float((r[key] or "0").replace(",", "")))[:25]
+  for r in top:
+    print(r[key], "|", r.get("Source", "")[:90])
+PY
+  done
   ;;
 g1)
   nvidia-smi --query-gpu=name --format=csv,noheader
