@@ -278,7 +278,7 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   # Each sequence's last min(n, cap) rows, from row base + rb: one verify call.
   m = xp.minimum(n, cap)
   rows = (base + rb)[:, None] + xp.arange(cap, dtype=i32)[None, :]    # [S, cap]
-  take = lambda a: None if a is None else a[jnp.clip(rows, 0, T - 1)]
+  take = lambda a: None if a is None else a[xp.clip(rows, 0, T - 1)]
   y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
       take(xbc), take(dt), tail_row, take(z), ci, jnp.clip(m, 1, cap)))
   return chunk_scan.write_rows(p, y, y_tail, (base + rb).astype(i32), m), state
