@@ -237,7 +237,11 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   E = state.ssm.shape[0]
   i32 = jnp.int32
   safe, valid, pad = status.entry_status(cfg, state, R, args)
-  xp = np if isinstance(args.num_rows, np.ndarray) else jnp
+  host = isinstance(trailing, int) and all(isinstance(a, np.ndarray)
+                                           for a in (args.num_rows, base, span))
+  xp = np if host else jnp
+  if not host:
+    base, span = jnp.asarray(base), jnp.asarray(span)
   n = xp.clip(args.num_rows, 0, span).astype(i32)
   p = chunk_plan(cfg, backend, state, T, S, xbc.dtype, z is not None, max(R - cap, 1), tiles)
   rb, slots = packed_slots(p, base, n, span, trailing)                # body rows of each
@@ -292,7 +296,7 @@ def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tile
   if R <= cfg.capacity:
     raise ValueError(f"chunked prefill: needs R > capacity ({cfg.capacity}), got R={R}")
   flat = lambda a: None if a is None else a.reshape((B * R,) + a.shape[2:])
-  n = args.num_rows if ragged else np.full((B,), R, np.int32)     # the host's layout
+  n = args.num_rows if ragged else np.full((B,), R, np.int32)     # not ragged: the host's
   base = np.arange(B, dtype=np.int32) * R
   y, state = packed_call(
       cfg, backend, params, state,

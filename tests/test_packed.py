@@ -404,7 +404,7 @@ def test_slot_counts_hold_for_random_layouts():
   falls in, among that segment's first `segment_slots` (the chunk kernels' grid and
   scratch), each sequence's slots of a segment in order from its `first`, its parts never
   empty between two that are not; `opens`, `carry_in` and `carry_out` as the slots say; the
-  fill blocks come last and all slots fit `n_slots`."""
+  fill blocks come last and all slots fit `n_slots`. The host builds the same tables."""
   cfg = small_cfg(headdim=16)
   rng = np.random.default_rng(0)
   S, T, L = 10, 403, TILES.chunk                      # fixed shapes: compiled once per count
@@ -420,6 +420,11 @@ def test_slot_counts_hold_for_random_layouts():
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
     base, n, span, trailing = dispatch.packed_layout(cu, T)
     rb, t = dispatch.packed_slots(plan, base, n, span, trailing)
+    _, on_host = dispatch.packed_slots(plan, *(np.asarray(a) for a in (base, n, span)),
+                                       int(trailing))
+    for name, a, b in zip(pk.Slots._fields, on_host, t):
+      if a is not None:
+        assert_bitwise(a, b, f"layout {k}: {name} on the host")
     seq, row0, rows, body = (np.asarray(a) for a in t[:4])
     first, count, opens, cin, cout = (np.asarray(a) for a in (
         t.first, t.count, t.opens, t.carry_in, t.carry_out))

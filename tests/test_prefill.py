@@ -399,6 +399,37 @@ class PrefillChecks:
         assert_close(y4, y2, 1e-6, "y, fused in P tiles of 4")
         assert_close(four.ssm, two.ssm, 1e-6, "ssm, fused in P tiles of 4")
 
+  @pytest.mark.parametrize("mode,scratch_mb", matrix(
+      [("snapshot", 0.03), ("compact", 0), ("snapshot", 0), ("compact", 0.03)], keep={0, 1}))
+  def test_host_layout_equals_the_device_one(self, mode, scratch_mb):
+    """A prefill without `num_rows` (its slot table and tail rows built on the host) against
+    the same prefill with `num_rows` = R for all (built on the device), bitwise: y and the
+    pool, with a padding entry, in one scan or several segments."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    p = m.random_params(cfg, 46)
+    rng = np.random.default_rng(46)
+    B, R = 3, 83
+    state = random_state(cfg, B, rng=rng)
+    start = copy_state(state)
+    rows = np.array([2, 0, 5] if mode == "snapshot" else [0, 0, 0], np.int32)
+    xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
+    tiles = m.ChunkTiles(chunk=16, scratch_mb=scratch_mb)
+    plan = dispatch.chunk_plan(cfg, self.backend, state, B * R, B, jnp.float32, True,
+                               R - cfg.capacity, tiles)
+    assert (len(plan.segments) > 1) == (scratch_mb > 0)
+
+    def run(num_rows=None):
+      return m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows, z=z,
+                       cache_indices=[2, -1, 0], num_rows=num_rows, backend=self.backend,
+                       chunked=True, chunk_tiles=tiles)
+
+    y, got = run()
+    y2, want = run(jnp.full((B,), R, jnp.int32))
+    assert np.all(np.isfinite(np.asarray(y)[[0, 2]])), "the sequences run"
+    assert_bitwise(y, y2, "y")
+    for name, a, b_ in zip(type(got)._fields, got, want):
+      assert_bitwise(a, b_, name)
+
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
     for name in ("MIN_CHUNKED_ROWS", "MIN_CHUNKED_ROWS_BF16", "MIN_CHUNKED_ROWS_BF16_BATCHED",
