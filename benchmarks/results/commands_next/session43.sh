@@ -81,25 +81,15 @@ p2)
     [ $turn = bahead ] && patch -p1 -R < $D/pass_b_ahead.patch > /dev/null
   done
   ;;
-t2)
+t2|t3)
   nvidia-smi --query-gpu=name --format=csv,noheader
   ser new
   patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
   ser old
+  [ $1 = t2 ] && trace old_r512 512
   patch -p1 < $D/static_slots.patch > /dev/null || exit 1
   ser new2
-  patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
-  trace old_r512 512
-  patch -p1 < $D/static_slots.patch > /dev/null || exit 1
-  trace r512 512
-  ;;
-t3)
-  nvidia-smi --query-gpu=name --format=csv,noheader
-  ser new
-  patch -p1 -R < $D/static_slots.patch > /dev/null || exit 1
-  ser old
-  patch -p1 < $D/static_slots.patch > /dev/null || exit 1
-  ser new2
+  [ $1 = t2 ] && trace r512 512
   ;;
 s1)
   nvidia-smi --query-gpu=name --format=csv,noheader; ncu --version | tail -1
