@@ -21,6 +21,11 @@
 #   s1: ncu with source counters (stall reasons by SASS line) of the fused pass and the output
 #       kernel at R=512 (B=1 bf16 snapshot, the first launch of each): where a chunk's step
 #       of the pass waits, and a column block of the output kernel.
+#   w1: `pass_weights.patch` (each slot's decay weights exp(acum_L - acum) dt and decay
+#       exp(acum_L) computed once in XLA beside the processed dt, loaded by the fused pass and
+#       the chunk-states kernel instead of a scan and a reduction a chunk): the chunked
+#       prefill at R=512 and 4096, old, new, old; then ncu of the first fused pass launch at
+#       R=512 with and without it.
 #   g1: the compiled GPU tests of the chunked prefill (prefill, packed, chunk, segment).
 set -u
 D=$(dirname "$0")
@@ -115,6 +120,28 @@ if key:
   for r in top:
     print(r[key], "|", r.get("Source", "")[:90])
 PY
+  done
+  ;;
+w1)
+  nvidia-smi --query-gpu=name --format=csv,noheader
+  P=$D/pass_weights.patch
+  ser old
+  patch -p1 < $P > /dev/null || exit 1
+  ser new
+  patch -p1 -R < $P > /dev/null || exit 1
+  ser old2
+  for turn in old new; do
+    [ $turn = new ] && { patch -p1 < $P > /dev/null || exit 1; }
+    PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+      --kernel-name regex:m2v_chunk_states_pass --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,\
+sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
+smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+      python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
+      > $S/ncu_pass_$turn.log 2>&1
+    [ $turn = new ] && patch -p1 -R < $P > /dev/null
+    echo "ncu $turn"; grep -vE "^I1|WARN" $S/ncu_pass_$turn.log | grep -E "m2v|  [a-z]" | tail -8
   done
   ;;
 g1)
