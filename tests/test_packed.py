@@ -420,10 +420,14 @@ def test_slot_counts_hold_for_random_layouts():
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
     base, n, span, trailing = dispatch.packed_layout(cu, T)
     rb, t = dispatch.packed_slots(plan, base, n, span, trailing)
-    _, on_host = dispatch.packed_slots(plan, *(np.asarray(a) for a in (base, n, span)),
-                                       int(trailing))
+    rb_h, on_host = dispatch.packed_slots(plan, *(np.asarray(a) for a in (base, n, span)),
+                                          int(trailing))
+    assert isinstance(rb_h, np.ndarray) and isinstance(on_host.seq, np.ndarray)
+    assert_bitwise(rb_h, rb, f"layout {k}: rb on the host")
     for name, a, b in zip(pk.Slots._fields, on_host, t):
+      assert (a is None) == (b is None), name
       if a is not None:
+        assert a.dtype == np.int32, name
         assert_bitwise(a, b, f"layout {k}: {name} on the host")
     seq, row0, rows, body = (np.asarray(a) for a in t[:4])
     first, count, opens, cin, cout = (np.asarray(a) for a in (
@@ -450,29 +454,3 @@ def test_slot_counts_hold_for_random_layouts():
     fills = np.flatnonzero((body == 0) & (rows > 0))
     assert np.all(fills >= (nseg - 1) * per)
     assert rows.sum() == T - int(np.minimum(np.asarray(n), cfg.capacity).sum())
-
-
-@pytest.mark.parametrize("lengths,scratch_mb", [
-    ([40, 1, 45], 0),               # one segment: bodies, a prompt shorter than capacity
-    ([57, 57, 57], 0.05),           # a padded batch's layout in segments
-    ([9, 120, 33, 70], 0.03)])      # ragged, in segments
-def test_host_slot_table_equals_the_device_one(lengths, scratch_mb):
-  """A layout the host knows (numpy) gets the slot table the device builds for it."""
-  cfg = small_cfg(headdim=16)
-  cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-  T, S = int(cu[-1]) + 5, len(lengths)
-  plan = pk.ChunkPlan(cfg=cfg, T=T, S=S, E=S, has_z=False, y_dtype=jnp.float32,
-                      tiles=m.ChunkTiles(chunk=16, scratch_mb=scratch_mb), interpret=True,
-                      max_body=max(lengths))
-  assert (plan.segment_count > 1) == (scratch_mb > 0)
-  base, n, span, trailing = dispatch.packed_layout(jnp.asarray(cu), T)
-  rb_d, on_device = dispatch.packed_slots(plan, base, n, span, trailing)
-  host = [np.asarray(a) for a in (base, n, span)]
-  rb_h, on_host = dispatch.packed_slots(plan, *host, int(trailing))
-  assert isinstance(rb_h, np.ndarray) and isinstance(on_host.seq, np.ndarray)
-  assert_bitwise(rb_h, rb_d, "rb")
-  for name, a, b in zip(pk.Slots._fields, on_host, on_device):
-    assert (a is None) == (b is None), name
-    if a is not None:
-      assert a.dtype == np.int32, name
-      assert_bitwise(a, b, name)

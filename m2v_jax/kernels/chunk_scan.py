@@ -258,10 +258,9 @@ class Slots(NamedTuple):
   """A call's slots (int32: numpy for a layout the host knows, else device arrays;
   `slot_table`): per slot [n_slots] its sequence, first flat row, rows (0: unused), and 1
   for a body chunk or 0 for rows to fill; per segment and sequence [segments, S + 1] the
-  first of its body slots in the segment
-  (counted from the segment's first slot), their count, and whether its body opens in the
-  segment (`opens`), began in an earlier one (`carry_in`: it starts from the carried state)
-  or goes on in a later one (`carry_out`).
+  first of its body slots in the segment (counted from the segment's first slot), their
+  count, and whether its body opens in the segment (`opens`), began in an earlier one
+  (`carry_in`: it starts from the carried state) or goes on in a later one (`carry_out`).
 
   A segment's view (`segment_view`) holds its slots and its row of the rest; the last three
   are None in a call of one segment.
