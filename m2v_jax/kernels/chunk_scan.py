@@ -57,7 +57,8 @@ class ChunkPlan:
     if self.chunk < self.cfg.d_conv - 1:
       raise ValueError(f"chunked prefill: chunk {self.chunk} below the conv state's "
                        f"{self.cfg.d_conv - 1} rows")
-    dims = dict(chunk=self.chunk, local_block_p=self.local_block_p, out_rows=self.out_rows)
+    dims = dict(chunk=self.chunk, local_block_p=self.local_block_p, out_rows=self.out_rows,
+                out_cols=self.out_cols)
     if self.tiles.fused_pass:
       dims["block_p"] = self.block_p
     if not self.interpret and min(dims.values()) < 16:
@@ -127,6 +128,11 @@ class ChunkPlan:
   def out_rows(self) -> int:
     """Chunk rows per output and C·Bᵀ program, dividing the chunk."""
     return min(self.tiles.out_rows, self.chunk)
+
+  @property
+  def out_cols(self) -> int:
+    """Columns per block of the output kernel's causal sum, dividing out_rows."""
+    return min(self.tiles.out_cols or self.out_rows, self.out_rows)
 
   @property
   def conv_rows(self) -> int:
@@ -349,6 +355,15 @@ def _log_decay(dtv, a_h, L):
   return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
 
 
+def slot_decay(plan: ChunkPlan, dtr, A_log):
+  """(cumulative dt·A [H, rows], dt [H, rows]) float32 of the processed dt `dtr` [rows, H]
+  (`dispatch.slot_dt`), summed from each slot's first row (L rows a slot)."""
+  L = plan.chunk
+  a = -jnp.exp(A_log.astype(f32))
+  acum = jnp.cumsum((dtr * a[None, :]).reshape(-1, L, dtr.shape[1]), axis=1)
+  return acum.reshape(dtr.shape).T, dtr.T
+
+
 def _head_grid(plan: ChunkPlan, nh: int):
   """(first head, P tile) of program id 0 in a chunk-parallel grid, P tiles fastest (L2 reuse)."""
   P, BP = plan.cfg.headdim, plan.local_block_p
@@ -550,7 +565,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
-                      y_ref, dt0_ref=None, plan: ChunkPlan):
+                      y_ref, dt0_ref=None, acr_ref=None, dtt_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
@@ -559,17 +574,21 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
+    acr_ref, dtt_ref [H, body slots * L] f32: cumulative dt·A and dt (`slot_decay`), present
+      with `ChunkTiles.out_acum`.
   """
   del y_in_ref
   cfg = plan.cfg
   P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
   HP, L, BP, NH, BM = cfg.d_inner, plan.chunk, plan.local_block_p, plan.out_heads, plan.out_rows
+  BK = plan.out_cols
   i, s, _, _, _ = _slot(seq_ref, row_ref, len_ref, L)
   m = pl.program_id(2)
   r0 = m * BM
+  trips = m + 1 if BK == BM else (r0 + BM) // BK             # column blocks up to the diagonal
   rows, out_rows = pl.ds(i * L + r0, BM), pl.ds(row_ref[i] + r0, BM)
-  t_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 0)
-  s_idx = lax.broadcasted_iota(jnp.int32, (BM, BM), 1)
+  t_idx = lax.broadcasted_iota(jnp.int32, (BM, BK), 0)
+  s_idx = lax.broadcasted_iota(jnp.int32, (BM, BK), 1)
   lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
@@ -582,33 +601,55 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
     cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]              # [BM, N]
     col = lax.broadcasted_iota(jnp.int32, (L,), 0)
 
-    def head(j, carry):
-      h = h0 + j
+    def loaded_sum(h, xcols):
+      """exp(acum) C stᵀ plus the causal sum over blocks of BK columns, acum loaded."""
+      at = lambda k0, n: (h, pl.ds(dt0 + i * L + k0, n))
+      acum = acr_ref[at(r0, BM)]                                 # [BM]
+      cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
+      def column_block(k, acc):
+        k0 = k * BK
+        causal = r0 + t_idx >= k0 + s_idx
+        decay = jnp.exp(jnp.minimum(acum[:, None] - acr_ref[at(k0, BK)][None, :], 0.0))
+        w = jnp.where(causal, decay * dtt_ref[at(k0, BK)][None, :], 0.0)
+        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BK)]
+        return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BK), xcols], "a")
+
+      return lax.fori_loop(0, trips, column_block, jnp.exp(acum)[:, None] * cst)
+
+    def summed(h, xcols):
+      """y before the gate, each column block summing its own acum."""
       a_h = -jnp.exp(alog_ref[h])
-      xcols = pl.ds(h * P + pid_p * BP, BP)
       a_all = dtr_ref[pl.ds(dt0 + i * L, L), h] * a_h            # [L]
 
-      def rows_from(k0):
-        """dt and acum (from the slot's first row) [BM] of the block at row k0."""
-        dtv = dtr_ref[pl.ds(dt0 + i * L + k0, BM), h]
+      def rows_from(k0, n):
+        """dt and acum (from the slot's first row) [n] of the n rows from row k0."""
+        dtv = dtr_ref[pl.ds(dt0 + i * L + k0, n), h]
         return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
 
-      _, acum = rows_from(r0)
+      _, acum = rows_from(r0, BM)
 
       def column_block(k, acc):
-        k0 = k * BM
-        dtk, acum_k = rows_from(k0)
+        k0 = k * BK
+        dtk, acum_k = rows_from(k0, BK)
         causal = r0 + t_idx >= k0 + s_idx
         seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
         w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
-        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BM)]
-        return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BM), xcols], "a")
+        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BK)]
+        return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BK), xcols], "a")
 
-      acc = lax.fori_loop(0, m + 1, column_block, jnp.zeros((BM, BP), f32))
+      acc = lax.fori_loop(0, trips, column_block, jnp.zeros((BM, BP), f32))
       x = xr_ref[rows, xcols].astype(f32)
       y = acc + d_ref[h] * x
       cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
-      y = y + jnp.exp(acum)[:, None] * cst
+      return y + jnp.exp(acum)[:, None] * cst
+
+    def head(j, carry):
+      h = h0 + j
+      xcols = pl.ds(h * P + pid_p * BP, BP)
+      if acr_ref is None:
+        y = summed(h, xcols)
+      else:
+        y = d_ref[h] * xr_ref[rows, xcols].astype(f32) + loaded_sum(h, xcols)
       if plan.has_z:
         y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
       y = y.astype(y_ref.dtype)
@@ -653,7 +694,7 @@ def write_rows(plan: ChunkPlan, y, rows, row0, count):
 
 
 def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot, valid, fill,
-               xr, dtr, z, A_log, D, ssm, y=None, carry=None):
+               xr, dtr, z, A_log, D, ssm, y=None, carry=None, decay=None):
   """The chunked scan's kernels over one segment's slots (three with `fused_pass`).
 
   Args:
@@ -669,6 +710,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     y: the previous segment's y (None for the first), written in place.
     carry: the previous segment's carried states [S, H, P, N] float32, a row per sequence
       (None for the first).
+    decay: `slot_decay` of dtr, with `ChunkTiles.out_acum` (else None).
 
   Returns:
     (ssm, y [T, H*P] in the activation dtype with the segment's slots' rows written, the
@@ -725,7 +767,8 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       _chunk_out_kernel,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
-                  d_ref=D, y_in_ref=y, **dt0),
+                  d_ref=D, y_in_ref=y, **dt0,
+                  **dict(zip(("acr_ref", "dtt_ref"), decay or (None, None)))),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
       grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),

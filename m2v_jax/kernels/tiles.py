@@ -182,7 +182,12 @@ class ChunkTiles:
     state_warps, state_heads, state_stages: the chunk-states kernel's warps, heads per
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
-    out_rows: chunk rows per output and C·Bᵀ program (and per block of the causal sum).
+    out_rows: chunk rows per output and C·Bᵀ program.
+    out_cols: columns per block of the output kernel's causal sum (0: out_rows; at most
+      out_rows).
+    out_acum: 1 loads each slot's cumulative dt·A (`chunk_scan.slot_decay`, one XLA op) into
+      the output kernel, whose causal sum then starts from the C·stᵀ term, instead of
+      summing it in every column block.
     fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
       `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
@@ -193,7 +198,8 @@ class ChunkTiles:
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
-      scratch_mb that is negative or not finite, fused_pass not 0 or 1.
+      scratch_mb that is negative or not finite, fused_pass or out_acum not 0 or 1, out_cols
+      not 0 or a power of two up to out_rows.
   """
 
   chunk: int = 64
@@ -213,6 +219,8 @@ class ChunkTiles:
   out_rows: int = 64
   fused_pass: int = 0
   scratch_mb: float = 100.0
+  out_cols: int = 0
+  out_acum: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -223,6 +231,11 @@ class ChunkTiles:
         raise ValueError(f"ChunkTiles.{name}: expected >= 1, got {getattr(self, name)}")
     if self.fused_pass not in (0, 1):
       raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
+    if self.out_acum not in (0, 1):
+      raise ValueError(f"ChunkTiles.out_acum: expected 0 or 1, got {self.out_acum}")
+    if self.out_cols and (self.out_cols & (self.out_cols - 1) or self.out_cols > self.out_rows):
+      raise ValueError(f"ChunkTiles.out_cols: expected 0 or a power of two up to out_rows "
+                       f"({self.out_rows}), got {self.out_cols}")
     _check_powers_of_two(self, ("chunk", "block_p", "num_warps", "local_block_p",
                                 "state_warps", "state_heads", "out_warps", "out_heads",
                                 "conv_rows", "conv_cols", "conv_warps", "out_rows"))

@@ -1,10 +1,53 @@
 #!/bin/bash
 # Session 44's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session44.sh STAGE...
-# Runs session43.sh's stages one after another (each packs $OUT/STAGE.tgz); predictions:
+# Stages run one after another; each packs its outputs into $OUT/STAGE.tgz. Predictions:
 # ../session44/README.md.
+#   t3, w1, s1, g1: session43.sh's stages of those names.
+#   o1: the output kernel's column blocks (`ChunkTiles.out_cols`) and loaded cumulative dt·A
+#       (`out_acum`), chunk_sweep B=1 bf16 at R=4096 and 512 (O1_ROWS), then ncu of the
+#       first output launch at R=512, the table's and O1_NCU's (a ChunkTiles text added to
+#       the table's entry), and the compiled chunk-tile tests.
 D=$(dirname "$0")
+V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1   # the table's
+sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant)
+  PYTHONPATH=$PWD timeout -k 5 ${T:-200} python3 benchmarks/bench.py --suites=chunk_sweep \
+    --chunk_rows=$3 --chunk_variants=$4 --out=$1/$2.json > $1/$2.log 2>&1
+  echo "$2"; grep -hE "^\| c|rror" $1/$2.log | sed "s/block_p=64 num_warps.*state_stages=3//" \
+    | cut -c1-230
+}
+ncu_out() {  # ncu_out DIR NAME: ncu of the first output launch, B=1 bf16 snapshot R=512
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+    --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__bytes.sum,\
+sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
+launch__occupancy_limit_registers,smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+    python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
+    > $1/ncu_out_$2.log 2>&1
+  echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_out_$2.log | grep -E "m2v|  [a-z]" | tail -10
+}
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
-  bash $D/session43.sh $s
+  case $s in
+  t1|t2|t3|w1|s1|g1|p1|p2) bash $D/session43.sh $s ;;
+  o1)
+    S=/tmp/s44_o1; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/o1.tgz -C /tmp s44_o1' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      A=out_acum=1
+      for R in ${O1_ROWS:-4096 512}; do
+        sweep $S cols_r$R $R "$V:$A,$V:out_cols=32:$A:out_stages=3,$V:out_cols=32:$A:out_stages=2,$V:out_rows=128:out_cols=32:$A:out_stages=3:out_warps=8,$V:out_rows=128:out_cols=64:$A:out_stages=2:out_warps=8,$V:out_cols=32:out_stages=3"
+      done
+      F=m2v_jax/kernels/tiles.py
+      cp $F $S/tiles.py.orig
+      ncu_out $S table
+      sed -i "s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, ${O1_NCU:-out_cols=32, out_acum=1, out_stages=3})/" $F
+      grep -q "${O1_NCU:-out_cols=32, out_acum=1, out_stages=3})" $F && ncu_out $S variant
+      cp $S/tiles.py.orig $F && rm $S/tiles.py.orig
+      M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="chunk_tiles_match or chunk_extreme" \
+        M2V_LIMIT_GPU_TESTS=150 OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
+      tail -3 $S/gpu_tests.log )
+    ;;
+  esac
 done
 echo "== end $(date -u +%H:%M:%S)"
