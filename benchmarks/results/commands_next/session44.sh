@@ -7,6 +7,8 @@
 #       (`out_acum`), chunk_sweep B=1 bf16 at R=4096 and 512 (O1_ROWS), then ncu of the
 #       first output launch at R=512, the table's and O1_NCU's (a ChunkTiles text added to
 #       the table's entry), and the compiled chunk-tile tests.
+#   o2: chunk_sweep B=1 bf16 at O2_ROWS (default 4096) of O2_VARIANTS (comma-separated
+#       ChunkTiles texts, "V:" standing for the table's fields).
 D=$(dirname "$0")
 V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1   # the table's
 sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant)
@@ -47,6 +49,14 @@ for s in "$@"; do
       M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="chunk_tiles_match or chunk_extreme" \
         M2V_LIMIT_GPU_TESTS=150 OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
       tail -3 $S/gpu_tests.log )
+    ;;
+  o2)
+    S=/tmp/s44_o2; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/o2.tgz -C /tmp s44_o2' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for R in ${O2_ROWS:-4096}; do
+        sweep $S vars_r$R $R "$(echo $O2_VARIANTS | sed "s/V:/$V:/g")"
+      done )
     ;;
   esac
 done
