@@ -7,6 +7,8 @@
 #       (`out_acum`), chunk_sweep B=1 bf16 at R=4096 and 512 (O1_ROWS), then ncu of the
 #       first output launch at R=512, the table's and O1_NCU's (a ChunkTiles text added to
 #       the table's entry), and the compiled chunk-tile tests.
+#   n2: ncu of the first output launch at R=2048 and 512, the table's and 128 rows, 8 warps,
+#       32-column blocks, loaded acum, 3 stages.
 #   o2: chunk_sweep B=1 bf16 at O2_ROWS (default 4096) of O2_VARIANTS (comma-separated
 #       ChunkTiles texts, "V:" standing for the table's fields).
 D=$(dirname "$0")
@@ -24,8 +26,8 @@ gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__
 sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
 launch__occupancy_limit_registers,smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
 smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
-    python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 --calls=1 \
-    > $1/ncu_out_$2.log 2>&1
+    python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=${NCU_ROWS:-512} \
+    --calls=1 > $1/ncu_out_$2.log 2>&1
   echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_out_$2.log | grep -E "m2v|  [a-z]" | tail -10
 }
 for s in "$@"; do
@@ -57,6 +59,18 @@ for s in "$@"; do
       for R in ${O2_ROWS:-4096}; do
         sweep $S vars_r$R $R "$(echo $O2_VARIANTS | sed "s/V:/$V:/g")"
       done )
+    ;;
+  n2)
+    S=/tmp/s44_n2; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/n2.tgz -C /tmp s44_n2' EXIT
+      F=m2v_jax/kernels/tiles.py
+      cp $F $S/tiles.py.orig
+      for R in 2048 512; do
+        cp $S/tiles.py.orig $F; NCU_ROWS=$R ncu_out $S table_r$R
+        sed -i "s/chunk=128, out_rows=64,/chunk=128, out_rows=128,/; s/block_p=64, fused_pass=1, state_stages=3)/block_p=64, fused_pass=1, state_stages=3, out_cols=32, out_acum=1, out_stages=3, out_warps=8)/" $F
+        grep -q "out_warps=8)" $F && NCU_ROWS=$R ncu_out $S r128c32_r$R
+      done
+      cp $S/tiles.py.orig $F && rm $S/tiles.py.orig )
     ;;
   esac
 done
