@@ -269,16 +269,19 @@ class ChunkTiles:
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
-_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=64,
-                                             block_p=64, fused_pass=1, state_stages=3)
+_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
+                                             block_p=64, fused_pass=1, state_stages=3,
+                                             out_cols=32, out_acum=1, out_stages=3,
+                                             out_warps=8)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks, output programs of 64 rows, chunk states and
-    # state passing fused (P tiles of 64: smaller ones redo the decay weights per tile), its
-    # loads three stages deep (0.96x the time of two at R=4096, H100, 2026-12-06).
+    # Bolt, bf16 products: 128-row chunks, chunk states and state passing fused (P tiles of
+    # 64: smaller ones redo the decay weights per tile), its loads three stages deep; output
+    # programs of a whole chunk in 8 warps, the causal sum over 32-column blocks, 3 stages,
+    # acum loaded (0.94x the time of 64-row programs at R=4096, H100, 2026-12-06).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,

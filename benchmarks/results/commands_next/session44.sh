@@ -9,6 +9,8 @@
 #       the table's entry), and the compiled chunk-tile tests.
 #   n2: ncu of the first output launch at R=2048 and 512, the table's and 128 rows, 8 warps,
 #       32-column blocks, loaded acum, 3 stages.
+#   goal: issue 22's figures: B=1 bf16 snapshot prefill, R=37 (the library's route) and
+#       512, 4096 (chunked), and the ragged stage of tools/run_gpu.sh (8 prompts packed).
 #   o2: chunk_sweep B=1 bf16 at O2_ROWS (default 4096) of O2_VARIANTS (comma-separated
 #       ChunkTiles texts, "V:" standing for the table's fields).
 D=$(dirname "$0")
@@ -71,6 +73,20 @@ for s in "$@"; do
         grep -q "out_warps=8)" $F && NCU_ROWS=$R ncu_out $S r128c32_r$R
       done
       cp $S/tiles.py.orig $F && rm $S/tiles.py.orig )
+    ;;
+  goal)
+    S=/tmp/s44_goal; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/goal.tgz -C /tmp s44_goal' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for spec in 37:serial 512,4096:chunked; do
+        n=prefill_$(echo ${spec%%:*} | tr , _)
+        PYTHONPATH=$PWD timeout -k 5 120 python3 benchmarks/bench.py --suites=prefill \
+          --prefill_batch=1 --lengths=${spec%:*} --prefill_cases=${spec#*:} \
+          --out=$S/$n.json > $S/$n.log 2>&1
+        grep -hE "^\| (snap|comp)|rror" $S/$n.log | cut -c1-120
+      done
+      M2V_STAGES=ragged M2V_LIMIT_RAGGED=150 OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
+      grep -hE "^\| |rror" $S/ragged.log | cut -c1-140 | head -12 )
     ;;
   esac
 done
