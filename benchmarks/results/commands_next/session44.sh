@@ -11,6 +11,9 @@
 #       32-column blocks, loaded acum, 3 stages.
 #   goal: issue 22's figures: B=1 bf16 snapshot prefill, R=37 (the library's route) and
 #       512, 4096 (chunked), and the ragged stage of tools/run_gpu.sh (8 prompts packed).
+#   a1: `acum_product.patch` (each slot's cumulative dt·A as one product with a triangle of
+#       ones instead of XLA's scan), the prefill suite's chunked case old, new, old; then the
+#       timelines at R=4096 and 512 (old), with XLA's optimized HLO.
 #   o2: chunk_sweep B=1 bf16 at O2_ROWS (default 4096) of O2_VARIANTS (comma-separated
 #       ChunkTiles texts, "V:" standing for the table's fields).
 D=$(dirname "$0")
@@ -31,6 +34,20 @@ smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
     python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=${NCU_ROWS:-512} \
     --calls=1 > $1/ncu_out_$2.log 2>&1
   echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_out_$2.log | grep -E "m2v|  [a-z]" | tail -10
+}
+ser() {  # ser DIR NAME: the prefill suite's chunked case, B=1 bf16, R=512 and 4096
+  PYTHONPATH=$PWD timeout -k 5 100 python3 benchmarks/bench.py --suites=prefill \
+    --prefill_batch=1 --lengths=512,4096 --prefill_cases=chunked --out=$1/$2.json \
+    > $1/$2.log 2>&1
+  echo "$2"; grep -hE "^\| (snap|chunk)" $1/$2.log | cut -c1-100
+}
+timeline() {  # timeline DIR ROWS: the B=1 bf16 snapshot prefill's kernels, XLA's HLO beside them
+  mkdir -p $1/hlo_r$2
+  XLA_FLAGS="--xla_dump_to=$1/hlo_r$2 --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE_XX" \
+    PYTHONPATH=$PWD timeout -k 5 90 python3 tools/trace_call.py --prefill --mode=snapshot \
+    --batch=1 --rows=$2 --calls=1 --steps=3 --show=80 > $1/trace_r$2.log 2>&1
+  find $1/hlo_r$2 -type f ! -name '*after_optimizations.txt' -delete
+  echo "R=$2"; grep -E "^\||per call" $1/trace_r$2.log | cut -c1-100
 }
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
@@ -87,6 +104,18 @@ for s in "$@"; do
       done
       M2V_STAGES=ragged M2V_LIMIT_RAGGED=150 OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
       grep -hE "^\| |rror" $S/ragged.log | cut -c1-140 | head -12 )
+    ;;
+  a1)
+    S=/tmp/s44_a1; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/a1.tgz -C /tmp s44_a1' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      P=$D/acum_product.patch
+      ser $S old
+      patch -p1 < $P > /dev/null || exit 1
+      ser $S new
+      patch -p1 -R < $P > /dev/null || exit 1
+      ser $S old2
+      for R in 4096 512; do timeline $S $R; done )
     ;;
   esac
 done
