@@ -119,7 +119,7 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
 
 
 def test_scratch_limit_cuts_long_bodies_into_segments():
-  """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=4096, 175 MB in one scan, runs in
+  """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=4096, 177 MB in one scan, runs in
   two segments within the limit (the carried states counted), R=512 in one; B=2 has twice
   the limit; scratch_mb=0 keeps one scan. The segments tile the slot table once, in order,
   each with scratch for its `segment_slots`; each holds the next part of every body, so a
@@ -131,8 +131,8 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
                                               y_dtype=jnp.bfloat16, tiles=t,
                                               max_body=R - m.BOLT.capacity)
   one = plan(4096, t=dataclasses.replace(tiles, scratch_mb=0))
-  assert len(one.segments) == 1 and 175e6 < pk.scratch_bytes(one) < 176e6
-  for R, B, count in ((512, 1, 1), (4096, 1, 2), (4096, 2, 2), (13700, 1, 7)):
+  assert len(one.segments) == 1 and 177e6 < pk.scratch_bytes(one) < 178e6
+  for R, B, count in ((512, 1, 1), (4096, 1, 2), (4096, 2, 2), (13700, 1, 8)):
     p = plan(R, B)
     segs = p.segments
     assert len(segs) == count, (R, B)
@@ -151,7 +151,7 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
   assert body.sum() == 64 and np.all(np.flatnonzero(body) < p.body_slots)
   assert plan(4096, 2, dataclasses.replace(tiles, scratch_mb=1.13)).scratch_budget == 2_260_000
   small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=10))
-  with pytest.raises(ValueError, match=r"scratch_mb=10: a chunk's scratch .* 11\.60 MB"):
+  with pytest.raises(ValueError, match=r"scratch_mb=10: a chunk's scratch .* 13\.77 MB"):
     small.segments
 
 

@@ -170,10 +170,11 @@ class ChunkPlan:
 
   def scratch_at(self, n: int) -> int:
     """Bytes of scratch at once with n segments: one segment's body slots, every body slot's
-    processed dt (float32, all segments read theirs from it) and, with more than one, each
-    sequence's float32 state carried between segments."""
+    processed dt (float32, all segments read theirs from it; with `out_acum` also its
+    cumulative dt·A) and, with more than one, each sequence's float32 state carried between
+    segments."""
     cfg, per = self.cfg, self._slots_per_segment(n)
-    dt = 4 * n * per * self.chunk * cfg.nheads
+    dt = 4 * n * per * self.chunk * cfg.nheads * (2 if self.tiles.out_acum else 1)
     carry = 4 * self.S * cfg.nheads * cfg.headdim * cfg.dstate if n > 1 else 0
     return per * self.slot_bytes + dt + carry
 
@@ -356,12 +357,12 @@ def _log_decay(dtv, a_h, L):
 
 
 def slot_decay(plan: ChunkPlan, dtr, A_log):
-  """(cumulative dt·A [H, rows], dt [H, rows]) float32 of the processed dt `dtr` [rows, H]
+  """Cumulative dt·A [H, rows] float32 of the processed dt `dtr` [rows, H]
   (`dispatch.slot_dt`), summed from each slot's first row (L rows a slot)."""
   L = plan.chunk
   a = -jnp.exp(A_log.astype(f32))
   acum = jnp.cumsum((dtr * a[None, :]).reshape(-1, L, dtr.shape[1]), axis=1)
-  return acum.reshape(dtr.shape).T, dtr.T
+  return acum.reshape(dtr.shape).T
 
 
 def _head_grid(plan: ChunkPlan, nh: int):
@@ -565,7 +566,7 @@ def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, de
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
-                      y_ref, dt0_ref=None, acr_ref=None, dtt_ref=None, plan: ChunkPlan):
+                      y_ref, dt0_ref=None, acr_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
 
@@ -574,8 +575,8 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
-    acr_ref, dtt_ref [H, body slots * L] f32: cumulative dt·A and dt (`slot_decay`), present
-      with `ChunkTiles.out_acum`.
+    acr_ref [H, body slots * L] f32: cumulative dt·A (`slot_decay`), present with
+      `ChunkTiles.out_acum`.
   """
   del y_in_ref
   cfg = plan.cfg
@@ -610,7 +611,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
         k0 = k * BK
         causal = r0 + t_idx >= k0 + s_idx
         decay = jnp.exp(jnp.minimum(acum[:, None] - acr_ref[at(k0, BK)][None, :], 0.0))
-        w = jnp.where(causal, decay * dtt_ref[at(k0, BK)][None, :], 0.0)
+        w = jnp.where(causal, decay * dtr_ref[pl.ds(dt0 + i * L + k0, BK), h][None, :], 0.0)
         cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BK)]
         return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BK), xcols], "a")
 
@@ -768,7 +769,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D, y_in_ref=y, **dt0,
-                  **dict(zip(("acr_ref", "dtt_ref"), decay or (None, None)))),
+                  acr_ref=decay),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
       grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),
