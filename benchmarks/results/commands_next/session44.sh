@@ -14,6 +14,9 @@
 #   a1: `acum_product.patch` (each slot's cumulative dt·A as one product with a triangle of
 #       ones instead of XLA's scan), the prefill suite's chunked case old, new, old; then the
 #       timelines at R=4096 and 512 (old), with XLA's optimized HLO.
+#   b1: the prefill suite's chunked case (B=1 bf16, R=512 and 4096): HEAD, with
+#       `acum_product.patch`, with `pass_acum.patch` (the fused pass loads acum and acum_L
+#       from the output kernel's sums instead of its scan and reduction), HEAD again.
 #   o2: chunk_sweep B=1 bf16 at O2_ROWS (default 4096) of O2_VARIANTS (comma-separated
 #       ChunkTiles texts, "V:" standing for the table's fields).
 D=$(dirname "$0")
@@ -116,6 +119,18 @@ for s in "$@"; do
       patch -p1 -R < $P > /dev/null || exit 1
       ser $S old2
       for R in 4096 512; do timeline $S $R; done )
+    ;;
+  b1)
+    S=/tmp/s44_b1; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/b1.tgz -C /tmp s44_b1' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      ser $S old
+      for P in acum_product pass_acum; do
+        patch -p1 < $D/$P.patch > /dev/null || exit 1
+        ser $S $P
+        patch -p1 -R < $D/$P.patch > /dev/null || exit 1
+      done
+      ser $S old2 )
     ;;
   esac
 done
