@@ -18,12 +18,13 @@
 #       `acum_product.patch`, with `pass_acum.patch` (the fused pass loads acum and acum_L
 #       from the output kernel's sums instead of its scan and reduction), HEAD again.
 #   o2: chunk_sweep B=1 bf16 at O2_ROWS (default 4096) of O2_VARIANTS (comma-separated
-#       ChunkTiles texts, "V:" standing for the table's fields).
+#       ChunkTiles texts, "V" standing for the previous table's fields), then B=8 at
+#       O2_B8_ROWS against the previous table.
 D=$(dirname "$0")
 V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1   # the table's
 sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant)
   PYTHONPATH=$PWD timeout -k 5 ${T:-200} python3 benchmarks/bench.py --suites=chunk_sweep \
-    --chunk_rows=$3 --chunk_variants=$4 --out=$1/$2.json > $1/$2.log 2>&1
+    --chunk_rows=$3 --chunk_variants=$4 --chunk_batch=${BATCH:-1} --out=$1/$2.json > $1/$2.log 2>&1
   echo "$2"; grep -hE "^\| c|rror" $1/$2.log | sed "s/block_p=64 num_warps.*state_stages=3//" \
     | cut -c1-230
 }
@@ -79,7 +80,10 @@ for s in "$@"; do
     ( trap 'tar czf ${OUT:-/tmp/out}/o2.tgz -C /tmp s44_o2' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
       for R in ${O2_ROWS:-4096}; do
-        sweep $S vars_r$R $R "$(echo $O2_VARIANTS | sed "s/V:/$V:/g")"
+        sweep $S vars_r$R $R "$(echo $O2_VARIANTS | sed "s/V:/$V:/g; s/^V,/$V,/; s/,V,/,$V,/g; s/^V$/$V/")"
+      done
+      for R in ${O2_B8_ROWS:-}; do
+        BATCH=8 sweep $S vars_b8_r$R $R "$V"
       done )
     ;;
   n2)
