@@ -184,6 +184,9 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(conv_cols=96), "conv_cols: expected a power of two"),
     (dict(local_block_p=24), "local_block_p: expected a power of two"),
     (dict(fused_pass=2), "fused_pass: expected 0 or 1"),
+    (dict(out_acum=2), "out_acum: expected 0 or 1"),
+    (dict(out_cols=24), "out_cols: expected 0 or a power of two up to out_rows"),
+    (dict(out_rows=32, out_cols=64), "out_cols: expected 0 or a power of two up to out_rows"),
     (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
     (dict(scratch_mb=float("inf")), "scratch_mb: expected a finite value >= 0")])
 def test_chunk_tiles_are_checked(fields, match):

@@ -183,11 +183,6 @@ class ChunkTiles:
       program (sharing the group's B rows) and pipelining.
     out_warps, out_heads, out_stages: the same for the output kernel.
     out_rows: chunk rows per output and C·Bᵀ program.
-    out_cols: columns per block of the output kernel's causal sum (0: out_rows; at most
-      out_rows).
-    out_acum: 1 loads each slot's cumulative dt·A (`chunk_scan.slot_decay`, one XLA op) into
-      the output kernel, whose causal sum then starts from the C·stᵀ term, instead of
-      summing it in every column block.
     fused_pass: 1 runs chunk states and state passing as one kernel (`block_p`,
       `state_warps`, `state_stages`).
     conv_rows, conv_cols, conv_warps: the body conv's block and warps (compiled, a block's
@@ -195,6 +190,11 @@ class ChunkTiles:
     scratch_mb: the most scratch (MB, 1e6 bytes) a call's body takes at once, per sequence
       of the call: more body slots run in segments, one after the other
       (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
+    out_cols: columns per block of the output kernel's causal sum (0: out_rows; at most
+      out_rows).
+    out_acum: 1 loads each slot's cumulative dt·A (`chunk_scan.slot_decay`, computed in
+      XLA) into the output kernel, whose causal sum then starts from the C·stᵀ term,
+      instead of summing it in every column block.
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
