@@ -260,7 +260,6 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   rb_run = jnp.where(valid, rb, 0)
   idx, slot0 = _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0)
   dts = slot_dt(p, slots, params, dt)          # every segment reads its rows from it
-  decay = chunk_scan.slot_decay(p, dts, params.A_log) if p.tiles.out_acum else None
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
@@ -270,7 +269,7 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     post = chunk_conv.body_conv(p, seg, view, runs, rows_in, base, rb_run, conv0,
                                 params.conv_weight, params.conv_bias)
     ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, idx, slot0, runs, fill, post, dts, z,
-                                          params.A_log, params.D, ssm, y, carry, decay)
+                                          params.A_log, params.D, ssm, y, carry)
   conv_end = conv_after_bodies(cfg, conv0, xbc, base, rb_run)
   target = jnp.where(valid, ci, E)                               # invalid: dropped
   if cfg.compact:

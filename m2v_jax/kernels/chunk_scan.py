@@ -39,8 +39,8 @@ class ChunkPlan:
   E pool entries; gate, activation dtype, `ChunkTiles`, interpret mode; `max_body`, the
   longest body a sequence can have, sets the chunk of short calls.
 
-  Raises ValueError, compiled, for a chunk, local_block_p, out_rows (or block_p with
-  `fused_pass`) below 16, and for a chunk below K-1.
+  Raises ValueError, compiled, for a chunk, local_block_p, out_rows, out_cols (or block_p
+  with `fused_pass`) below 16, and for a chunk below K-1.
   """
 
   cfg: config_lib.Mamba2Config
@@ -154,11 +154,12 @@ class ChunkPlan:
   @property
   def slot_bytes(self) -> int:
     """Scratch bytes of one body slot in a segment: post-conv rows, C·Bᵀ, starting states
-    and, unfused, the chunk states and decays."""
+    and, unfused, the chunk states and decays; with `out_acum` its cumulative dt·A."""
     cfg, L = self.cfg, self.chunk
     H = cfg.nheads
     state = H * cfg.headdim * cfg.dstate
-    own = 0 if self.tiles.fused_pass else 4 * (state + H)
+    own = (0 if self.tiles.fused_pass else 4 * (state + H)) + (
+        4 * L * H if self.tiles.out_acum else 0)
     return (L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize + 4 * cfg.ngroups * L * L
             + own + self.st_dtype.itemsize * state)
 
@@ -170,11 +171,10 @@ class ChunkPlan:
 
   def scratch_at(self, n: int) -> int:
     """Bytes of scratch at once with n segments: one segment's body slots, every body slot's
-    processed dt (float32, all segments read theirs from it; with `out_acum` also its
-    cumulative dt·A) and, with more than one, each sequence's float32 state carried between
-    segments."""
+    processed dt (float32, all segments read theirs from it) and, with more than one, each
+    sequence's float32 state carried between segments."""
     cfg, per = self.cfg, self._slots_per_segment(n)
-    dt = 4 * n * per * self.chunk * cfg.nheads * (2 if self.tiles.out_acum else 1)
+    dt = 4 * n * per * self.chunk * cfg.nheads
     carry = 4 * self.S * cfg.nheads * cfg.headdim * cfg.dstate if n > 1 else 0
     return per * self.slot_bytes + dt + carry
 
@@ -357,8 +357,8 @@ def _log_decay(dtv, a_h, L):
 
 
 def slot_decay(plan: ChunkPlan, dtr, A_log):
-  """Cumulative dt·A [H, rows] float32 of the processed dt `dtr` [rows, H]
-  (`dispatch.slot_dt`), summed from each slot's first row (L rows a slot)."""
+  """Cumulative dt·A [H, rows] float32 of processed dt rows `dtr` [rows, H] (a segment's
+  body slots of `dispatch.slot_dt`), summed from each slot's first row (L rows a slot)."""
   L = plan.chunk
   a = -jnp.exp(A_log.astype(f32))
   acum = jnp.cumsum((dtr * a[None, :]).reshape(-1, L, dtr.shape[1]), axis=1)
@@ -568,15 +568,16 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
                       dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
                       y_ref, dt0_ref=None, acr_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
-  local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of as many columns.
+  local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of out_cols
+  columns.
 
     cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
     sequence not run and of its rows past n; xr_ref, dtr_ref, dt0_ref as `_chunk_states_kernel`;
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
-    acr_ref [H, body slots * L] f32: cumulative dt·A (`slot_decay`), present with
-      `ChunkTiles.out_acum`.
+    acr_ref [H, the segment's body slots * L] f32: cumulative dt·A (`slot_decay`), present
+      with `ChunkTiles.out_acum`.
   """
   del y_in_ref
   cfg = plan.cfg
@@ -604,7 +605,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
 
     def loaded_sum(h, xcols):
       """exp(acum) C stᵀ plus the causal sum over blocks of BK columns, acum loaded."""
-      at = lambda k0, n: (h, pl.ds(dt0 + i * L + k0, n))
+      at = lambda k0, n: (h, pl.ds(i * L + k0, n))
       acum = acr_ref[at(r0, BM)]                                 # [BM]
       cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
       def column_block(k, acc):
@@ -695,7 +696,7 @@ def write_rows(plan: ChunkPlan, y, rows, row0, count):
 
 
 def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot, valid, fill,
-               xr, dtr, z, A_log, D, ssm, y=None, carry=None, decay=None):
+               xr, dtr, z, A_log, D, ssm, y=None, carry=None):
   """The chunked scan's kernels over one segment's slots (three with `fused_pass`).
 
   Args:
@@ -711,7 +712,6 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
     y: the previous segment's y (None for the first), written in place.
     carry: the previous segment's carried states [S, H, P, N] float32, a row per sequence
       (None for the first).
-    decay: `slot_decay` of dtr, with `ChunkTiles.out_acum` (else None).
 
   Returns:
     (ssm, y [T, H*P] in the activation dtype with the segment's slots' rows written, the
@@ -730,6 +730,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   more = seg.index < seg.count - 1
   tag = kernel_tag(plan, seg)
+  acr = slot_decay(plan, dtr[seg.start * L:(seg.start + nb) * L], A_log) if t.out_acum else None
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                     st_ref=sds((nb, H, P, N), plan.st_dtype),
                     carry_out_ref=sds((plan.S, H, P, N), f32) if more else None)
@@ -769,7 +770,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D, y_in_ref=y, **dt0,
-                  acr_ref=decay),
+                  acr_ref=acr),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
       grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),
