@@ -365,10 +365,10 @@ class PrefillChecks:
     and P tiles per chunk-states and output program, state-passing P tiles down to one row, 3
     chunks of 16, 2 chunks of 32 or one of 64 in output blocks of 16 rows (up to 3 column
     blocks a program; its dots are 16 wide, so the GPU suite runs it compiled) or of 32 rows
-    with column blocks of 16 and the cumulative dt·A loaded; chunk states
-    and passing fused, against the two kernels too (interpreted with the full matrix also in P
-    tiles of 4). The small grid would make the plan drop to one head a program: the
-    program-count floor is lifted."""
+    with column blocks of 16 and the cumulative dt·A loaded (against the kernel's own sums
+    too); chunk states and passing fused, against the two kernels too (interpreted with the
+    full matrix also in P tiles of 4). The small grid would make the plan drop to one head a
+    program: the program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16)
     plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,

@@ -608,6 +608,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
       at = lambda k0, n: (h, pl.ds(i * L + k0, n))
       acum = acr_ref[at(r0, BM)]                                 # [BM]
       cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
+
       def column_block(k, acc):
         k0 = k * BK
         causal = r0 + t_idx >= k0 + s_idx
@@ -769,8 +770,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       _chunk_out_kernel,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
-                  d_ref=D, y_in_ref=y, **dt0,
-                  acr_ref=acr),
+                  d_ref=D, y_in_ref=y, acr_ref=acr, **dt0),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
       grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),
