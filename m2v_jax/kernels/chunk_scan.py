@@ -603,19 +603,27 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
     cm = xr_ref[rows, pl.ds(HP + G * N + g * N, N)]              # [BM, N]
     col = lax.broadcasted_iota(jnp.int32, (L,), 0)
 
+    def c_st(h):
+      """C stᵀ [BM, BP] of head h's starting state."""
+      return plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)
+
+    def add_block(acc, k0, w, xcols):
+      """acc + (C·Bᵀ ∘ w) x over the BK columns from k0, w [BM, BK]."""
+      cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BK)]
+      return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BK), xcols], "a")
+
     def loaded_sum(h, xcols):
       """exp(acum) C stᵀ plus the causal sum over blocks of BK columns, acum loaded."""
       at = lambda k0, n: (h, pl.ds(i * L + k0, n))
       acum = acr_ref[at(r0, BM)]                                 # [BM]
-      cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
+      cst = c_st(h)
 
       def column_block(k, acc):
         k0 = k * BK
         causal = r0 + t_idx >= k0 + s_idx
         decay = jnp.exp(jnp.minimum(acum[:, None] - acr_ref[at(k0, BK)][None, :], 0.0))
         w = jnp.where(causal, decay * dtr_ref[pl.ds(dt0 + i * L + k0, BK), h][None, :], 0.0)
-        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BK)]
-        return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BK), xcols], "a")
+        return add_block(acc, k0, w, xcols)
 
       return lax.fori_loop(0, trips, column_block, jnp.exp(acum)[:, None] * cst)
 
@@ -637,13 +645,12 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
         causal = r0 + t_idx >= k0 + s_idx
         seg = jnp.where(causal, acum[:, None] - acum_k[None, :], 0.0)
         w = jnp.where(causal, jnp.exp(seg), 0.0) * dtk[None, :]
-        cb = cb_ref[i, g, pl.ds(r0, BM), pl.ds(k0, BK)]
-        return acc + plan.dot(cb * w, xr_ref[pl.ds(i * L + k0, BK), xcols], "a")
+        return add_block(acc, k0, w, xcols)
 
       acc = lax.fori_loop(0, trips, column_block, jnp.zeros((BM, BP), f32))
       x = xr_ref[rows, xcols].astype(f32)
       y = acc + d_ref[h] * x
-      cst = plan.dot(cm, st_ref[i, h, pl.ds(pid_p * BP, BP), :], "b", trans_b=True)  # C stᵀ
+      cst = c_st(h)
       return y + jnp.exp(acum)[:, None] * cst
 
     def head(j, carry):
