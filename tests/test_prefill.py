@@ -358,15 +358,15 @@ class PrefillChecks:
                        out_rows=16), (2, 1)),
       (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
       (2, m.ChunkTiles(chunk=64, out_rows=16), (1, 1)),
-      (2, m.ChunkTiles(chunk=64, out_rows=32, out_cols=16, out_acum=1, out_stages=2,
+      (2, m.ChunkTiles(chunk=32, out_rows=32, out_cols=16, out_acum=1, out_stages=2,
                        fused_pass=1), (1, 1))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row, 3
     chunks of 16, 2 chunks of 32 or one of 64 in output blocks of 16 rows (up to 3 column
-    blocks a program; its dots are 16 wide, so the GPU suite runs it compiled) or of 32 rows
-    with column blocks of 16 and the cumulative dt·A loaded (against the kernel's own sums
-    too); chunk states and passing fused, against the two kernels too (interpreted with the
+    blocks a program; its dots are 16 wide, so the GPU suite runs it compiled), or 2 chunks
+    of 32 in 32-row blocks with column blocks of 16 and the cumulative dt·A loaded by the
+    fused pass and the output kernel (against the kernels' own sums too); chunk states and passing fused, against the two kernels too (interpreted with the
     full matrix also in P tiles of 4). The small grid would make the plan drop to one head a
     program: the program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)

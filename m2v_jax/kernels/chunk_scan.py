@@ -356,15 +356,6 @@ def _log_decay(dtv, a_h, L):
   return acum, jnp.sum(jnp.where(last, acum, 0.0))            # acum[L-1], without a slice
 
 
-def slot_decay(plan: ChunkPlan, dtr, A_log):
-  """Cumulative dt·A [H, rows] float32 of processed dt rows `dtr` [rows, H] (a segment's
-  body slots of `dispatch.slot_dt`), summed from each slot's first row (L rows a slot)."""
-  L = plan.chunk
-  a = -jnp.exp(A_log.astype(f32))
-  acum = jnp.cumsum((dtr * a[None, :]).reshape(-1, L, dtr.shape[1]), axis=1)
-  return acum.reshape(dtr.shape).T
-
-
 def _head_grid(plan: ChunkPlan, nh: int):
   """(first head, P tile) of program id 0 in a chunk-parallel grid, P tiles fastest (L2 reuse)."""
   P, BP = plan.cfg.headdim, plan.local_block_p
@@ -388,23 +379,42 @@ def _slot(seq_ref, row_ref, len_ref, L):
 
 
 def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, cb_ref,
+                     dtr_ref=None, alog_ref=None, dt0_ref=None, acr_ref=None,
                      plan: ChunkPlan):
   """C·Bᵀ of each slot's rows, out_rows rows of it per program, grid (G, body slots,
-  chunk / out_rows).
+  chunk / out_rows), and with acr_ref the cumulative dt·A of the group's heads.
 
     xr_ref [rows, C] post-conv rows, L per body slot of the segment; cb_ref [its body slots,
       G, L, L] f32
+    dtr_ref, dt0_ref as `_chunk_states_kernel`; alog_ref [H] f32
+    acr_ref [H, its body slots * L] f32: each slot's cumulative dt·A from its first row
+      (with `ChunkTiles.out_acum`), written by the programs of the slot's first row block.
   """
   cfg = plan.cfg
   N, G, HP, L, BM = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk, plan.out_rows
   g, r0 = pl.program_id(0), pl.program_id(2) * BM
   i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
+  run = (body_ref[i] > 0) & (valid_ref[s] > 0)
 
-  @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
+  @pl.when(run)
   def _run():
     bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
     cm = xr_ref[pl.ds(i * L + r0, BM), pl.ds(HP + G * N + g * N, N)]   # [BM, N]
     cb_ref[i, g, pl.ds(r0, BM), :] = plan.dot(cm, bm, "", trans_b=True)
+
+  if acr_ref is None:
+    return
+  hg = cfg.heads_per_group
+  nh = tiles_lib.pow2_divisor(hg, 32)                # heads a scan (Triton: a power of two)
+  dt0 = _dt_row(dt0_ref)
+
+  @pl.when(run & (r0 == 0))
+  def _sums():
+    for j in range(hg // nh):
+      hs = pl.ds(g * hg + j * nh, nh)
+      a = -jnp.exp(alog_ref[hs])                                 # [nh]
+      acum = jnp.cumsum(dtr_ref[pl.ds(dt0 + i * L, L), hs] * a[None, :], axis=0)  # [L, nh]
+      acr_ref[hs, pl.ds(i * L, L)] = acum.T
 
 
 def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0):
@@ -414,11 +424,11 @@ def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0):
           dtr_ref[pl.ds(dt0 + i * L, L), h])
 
 
-def _own_from(plan: ChunkPlan, x, dtv, a_h, bm):
+def _own_from(plan: ChunkPlan, x, dtv, a_h, bm, sums=None):
   """(x * exp(acum_L - acum) dt)ᵀ B [BP, N] of one slot's rows from a zero start, and
-  exp(acum_L)."""
+  exp(acum_L); `sums` (acum [L], acum_L) where loaded, else summed here."""
   x = x.astype(f32)
-  acum, acum_l = _log_decay(dtv, a_h, plan.chunk)
+  acum, acum_l = sums or _log_decay(dtv, a_h, plan.chunk)
   w_s = jnp.exp(acum_l - acum) * dtv
   if plan.products is None:
     own = plan.dot(x * w_s[:, None], bm, "a", trans_a=True)
@@ -496,11 +506,13 @@ def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b,
 def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
                               dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
                               carry_ref=None, cout_ref=None, carry_out_ref=None,
-                              dt0_ref=None, plan: ChunkPlan):
+                              dt0_ref=None, acr_ref=None, plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_from` and st = dec * st + own.
 
-    Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`.
+    Refs as `_chunk_states_kernel` and `_chunk_pass_kernel`, plus
+    acr_ref [H, the segment's body slots * L] f32: cumulative dt·A (`_chunk_cb_kernel`),
+      loaded for each slot's decay weights where present, else summed here.
   """
   cfg = plan.cfg
   N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p
@@ -515,13 +527,18 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   def _run():
     st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
     a_h, last = -jnp.exp(alog_ref[h]), first + count_ref[b] - 1
-    rows_of = lambda i: _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
+    def rows_of(i):
+      """Slot i's x, dt and, where loaded, its acum and acum_L."""
+      got = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
+      if acr_ref is None:
+        return got
+      return got + (acr_ref[h, pl.ds(i * L, L)], acr_ref[h, i * L + L - 1])
 
-    def chunk(c, carry):               # the next slot's x and dt loaded before this one's work
-      st, x, dtv = carry
+    def chunk(c, carry):               # the next slot's rows loaded before this one's work
+      st, x, dtv, *sums = carry
       i = first + c
       ahead = rows_of(jnp.minimum(i + 1, last))
-      own, dec = _own_from(plan, x, dtv, a_h, xr_ref[pl.ds(i * L, L), bcols])
+      own, dec = _own_from(plan, x, dtv, a_h, xr_ref[pl.ds(i * L, L), bcols], sums or None)
       st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
       return (dec * st + own,) + ahead
 
@@ -576,8 +593,8 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
-    acr_ref [H, the segment's body slots * L] f32: cumulative dt·A (`slot_decay`), present
-      with `ChunkTiles.out_acum`.
+    acr_ref [H, the segment's body slots * L] f32: cumulative dt·A (`_chunk_cb_kernel`),
+      present with `ChunkTiles.out_acum`.
   """
   del y_in_ref
   cfg = plan.cfg
@@ -738,7 +755,6 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   more = seg.index < seg.count - 1
   tag = kernel_tag(plan, seg)
-  acr = slot_decay(plan, dtr[seg.start * L:(seg.start + nb) * L], A_log) if t.out_acum else None
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                     st_ref=sds((nb, H, P, N), plan.st_dtype),
                     carry_out_ref=sds((plan.S, H, P, N), f32) if more else None)
@@ -749,10 +765,19 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   carried = dict(ssm_ref="ssm_out_ref")
   if seg.index and more:
     carried["carry_ref"] = "carry_out_ref"
+  sums = dict(dtr_ref=dtr, alog_ref=A_log, **dt0) if t.out_acum else {}
+  cb = launch(
+      _chunk_cb_kernel, inputs=dict(table, xr_ref=xr, **sums),
+      outputs=dict(cb_ref=sds((nb, G, L, L), f32),
+                   acr_ref=sds((H, nb * L), f32) if t.out_acum else None),
+      grid=(G, nb, L // plan.out_rows), num_warps=t.out_warps, num_stages=1,
+      name=f"m2v_chunk_cb_{tag}")
+  acr = cb.get("acr_ref")
   if t.fused_pass:
     passed = launch(
         _chunk_states_pass_kernel,
-        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm, **dt0),
+        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm, **dt0,
+                    acr_ref=acr),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
         name=f"m2v_chunk_states_pass_{tag}")
@@ -769,10 +794,6 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.num_warps,
         num_stages=t.num_stages, name=f"m2v_chunk_pass_{tag}")
-  cb = launch(
-      _chunk_cb_kernel, inputs=dict(table, xr_ref=xr),
-      outputs=dict(cb_ref=sds((nb, G, L, L), f32)), grid=(G, nb, L // plan.out_rows),
-      num_warps=t.out_warps, num_stages=1, name=f"m2v_chunk_cb_{tag}")
   out = launch(
       _chunk_out_kernel,
       inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],

@@ -194,7 +194,8 @@ class ChunkTiles:
       out_rows).
     out_acum: 1 loads each slot's cumulative dt·A (`chunk_scan.slot_decay`, computed in
       XLA) into the output kernel, whose causal sum then starts from the C·stᵀ term,
-      instead of summing it in every column block.
+      instead of summing it in every column block, and into the fused pass (with
+      fused_pass) for its decay weights.
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a

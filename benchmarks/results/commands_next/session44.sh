@@ -22,37 +22,7 @@
 #       O2_B8_ROWS against the previous table.
 D=$(dirname "$0")
 V=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1   # the table's
-sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant)
-  PYTHONPATH=$PWD timeout -k 5 ${T:-200} python3 benchmarks/bench.py --suites=chunk_sweep \
-    --chunk_rows=$3 --chunk_variants=$4 --chunk_batch=${BATCH:-1} --out=$1/$2.json > $1/$2.log 2>&1
-  echo "$2"; grep -hE "^\| c|rror" $1/$2.log | sed "s/block_p=64 num_warps.*state_stages=3//" \
-    | cut -c1-230
-}
-ncu_out() {  # ncu_out DIR NAME: ncu of the first output launch, B=1 bf16 snapshot R=512
-  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
-    --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
-gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__bytes.sum,\
-sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
-launch__occupancy_limit_registers,smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
-smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
-    python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=${NCU_ROWS:-512} \
-    --calls=1 > $1/ncu_out_$2.log 2>&1
-  echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_out_$2.log | grep -E "m2v|  [a-z]" | tail -10
-}
-ser() {  # ser DIR NAME: the prefill suite's chunked case, B=1 bf16, R=512 and 4096
-  PYTHONPATH=$PWD timeout -k 5 100 python3 benchmarks/bench.py --suites=prefill \
-    --prefill_batch=1 --lengths=512,4096 --prefill_cases=chunked --out=$1/$2.json \
-    > $1/$2.log 2>&1
-  echo "$2"; grep -hE "^\| (snap|chunk)" $1/$2.log | cut -c1-100
-}
-timeline() {  # timeline DIR ROWS: the B=1 bf16 snapshot prefill's kernels, XLA's HLO beside them
-  mkdir -p $1/hlo_r$2
-  XLA_FLAGS="--xla_dump_to=$1/hlo_r$2 --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=NONE_XX" \
-    PYTHONPATH=$PWD timeout -k 5 90 python3 tools/trace_call.py --prefill --mode=snapshot \
-    --batch=1 --rows=$2 --calls=1 --steps=3 --show=80 > $1/trace_r$2.log 2>&1
-  find $1/hlo_r$2 -type f ! -name '*after_optimizations.txt' -delete
-  echo "R=$2"; grep -E "^\||per call" $1/trace_r$2.log | cut -c1-100
-}
+. $D/lib.sh   # sweep, ncu_out, ser, timeline
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
