@@ -40,3 +40,19 @@ timeline() {  # timeline DIR ROWS: the B=1 bf16 snapshot prefill's kernels, XLA'
   find $1/hlo_r$2 -type f ! -name '*after_optimizations.txt' -delete
   echo "R=$2"; grep -E "^\||per call" $1/trace_r$2.log | cut -c1-100
 }
+gpu_tests() {  # gpu_tests DIR K SECONDS: the compiled GPU tests matching K, the log's tail
+  M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="$2" M2V_LIMIT_GPU_TESTS=$3 OUT=$1 \
+    bash tools/run_gpu.sh > $1/run.txt 2>&1
+  tail -3 $1/gpu_tests.log
+}
+ab() {  # ab DIR PATCH: `ser` with the patch applied, without, with, without; left applied
+  patch -p1 < $2 > /dev/null || return 1
+  ser $1 new
+  patch -p1 -R < $2 > /dev/null || return 1
+  ser $1 old
+  patch -p1 < $2 > /dev/null || return 1
+  ser $1 new2
+  patch -p1 -R < $2 > /dev/null || return 1
+  ser $1 old2
+  patch -p1 < $2 > /dev/null
+}

@@ -3,9 +3,9 @@
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session45/README.md.
 #   c5: the working tree holds `cb_acum.patch` (the C·Bᵀ kernel sums each slot's cumulative
 #       dt·A; the fused pass and the output kernel load it; XLA's cumsum gone). The prefill
-#       suite's chunked case (B=1 bf16, R=512 and 4096): new, HEAD, HEAD with
-#       `pass_acum.patch`, new, HEAD; then new's timelines at R=512 and 4096 and the compiled
-#       prefill, packed, chunk and segment tests.
+#       suite's chunked case (B=1 bf16, R=512 and 4096): new, HEAD, new, HEAD (as it ran:
+#       new, HEAD, HEAD with `pass_acum.patch`, new, HEAD); then new's timelines at R=512 and
+#       4096 and the compiled prefill, packed, chunk and segment tests.
 #   c7: `seq_table.patch` applied (one per-sequence int32 table a segment instead of XLA's
 #       small arrays; rows filled in the output kernel; its tests and docs too). The prefill
 #       suite's chunked case (B=1 bf16, R=512 and 4096): new, HEAD, new, HEAD; new's
@@ -15,7 +15,7 @@
 #       fused pass in P tiles of 32, with 2 stages, both, and the output kernel in 64-row
 #       programs of 4 warps (C6_VARIANTS, ChunkTiles texts joined by commas, overrides them).
 D=$(dirname "$0")
-. $D/lib.sh   # ser, timeline
+. $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
@@ -23,41 +23,18 @@ for s in "$@"; do
     S=/tmp/s45_c5; rm -rf $S; mkdir -p $S
     ( trap 'tar czf ${OUT:-/tmp/out}/c5.tgz -C /tmp s45_c5' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
-      N=$D/cb_acum.patch
-      ser $S new
-      patch -p1 -R < $N > /dev/null || exit 1
-      ser $S old
-      patch -p1 < $D/pass_acum.patch > /dev/null || exit 1
-      ser $S pass_acum
-      patch -p1 -R < $D/pass_acum.patch > /dev/null || exit 1
-      patch -p1 < $N > /dev/null || exit 1
-      ser $S new2
-      patch -p1 -R < $N > /dev/null || exit 1
-      ser $S old2
-      patch -p1 < $N > /dev/null || exit 1
+      patch -p1 -R < $D/cb_acum.patch > /dev/null || exit 1   # the tree held it
+      ab $S $D/cb_acum.patch || exit 1      # (run as: new, HEAD, pass_acum, new, HEAD)
       for R in 512 4096; do timeline $S $R; done
-      M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="prefill or packed or chunk or segment" \
-        M2V_LIMIT_GPU_TESTS=300 OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
-      tail -3 $S/gpu_tests.log )
+      gpu_tests $S "prefill or packed or chunk or segment" 300 )
     ;;
   c7)
     S=/tmp/s45_c7; rm -rf $S; mkdir -p $S
     ( trap 'tar czf ${OUT:-/tmp/out}/c7.tgz -C /tmp s45_c7' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
-      N=$D/seq_table.patch
-      patch -p1 < $N > /dev/null || exit 1
-      ser $S new
-      patch -p1 -R < $N > /dev/null || exit 1
-      ser $S old
-      patch -p1 < $N > /dev/null || exit 1
-      ser $S new2
-      patch -p1 -R < $N > /dev/null || exit 1
-      ser $S old2
-      patch -p1 < $N > /dev/null || exit 1
+      ab $S $D/seq_table.patch || exit 1
       timeline $S 512
-      M2V_STAGES=gpu_tests M2V_GPU_TESTS_K="packed or padding or reject or fills" \
-        M2V_LIMIT_GPU_TESTS=${C7_TEST_S:-100} OUT=$S bash tools/run_gpu.sh > $S/run.txt 2>&1
-      tail -3 $S/gpu_tests.log )
+      gpu_tests $S "packed or padding or reject or fills" ${C7_TEST_S:-100} )
     ;;
   c6)
     S=/tmp/s45_c6; rm -rf $S; mkdir -p $S
