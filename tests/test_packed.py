@@ -177,7 +177,7 @@ class PackedChecks:
 
   @pytest.mark.parametrize("mode,fused,n,act,acum", matrix([
       ("snapshot", 1, 10, jnp.float32, 0), ("compact", 0, 3, jnp.bfloat16, 1),
-      ("compact", 1, 5, jnp.float32, 1), ("snapshot", 0, 2, jnp.bfloat16, 0)], keep={0, 1}))
+      ("compact", 1, 5, jnp.float32, 1), ("snapshot", 0, 2, jnp.bfloat16, 0)], keep={0, 1, 2}))
   def test_segments_equal_one_scan(self, mode, fused, n, act, acum):
     """Body slots scanned in n segments against one scan, bitwise: y and every
     entry of a bfloat16 pool (the states carried between segments stay float32), bodies

@@ -351,26 +351,28 @@ class PrefillChecks:
     assert_close(y[..., :P], y_ref[..., :P], 1e-5, "y of head 0")
     assert_states_close(got, want, 1e-5)
 
-  @pytest.mark.parametrize("ngroups,tiles,heads", [
-      (2, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2, state_stages=2,
-                       out_heads=2, out_stages=2), (2, 2)),
-      (2, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
-                       out_rows=16), (2, 1)),
-      (1, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
-      (2, m.ChunkTiles(chunk=64, out_rows=16), (1, 1)),
-      (2, m.ChunkTiles(chunk=32, out_rows=32, out_cols=16, out_acum=1, out_stages=2,
-                       fused_pass=1), (1, 1))])
-  def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, tiles, heads):
+  @pytest.mark.parametrize("ngroups,nheads,tiles,heads", [
+      (2, 4, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2,
+                          state_stages=2, out_heads=2, out_stages=2), (2, 2)),
+      (2, 4, m.ChunkTiles(chunk=32, block_p=1, state_heads=4, out_heads=1, out_warps=8,
+                          out_rows=16), (2, 1)),
+      (1, 4, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
+      (2, 4, m.ChunkTiles(chunk=64, out_rows=16), (1, 1)),
+      (2, 6, m.ChunkTiles(chunk=32, out_rows=16, out_cols=16, out_acum=1, out_stages=2,
+                          fused_pass=1), (1, 1))])
+  def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, nheads, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row, 3
     chunks of 16, 2 chunks of 32 or one of 64 in output blocks of 16 rows (up to 3 column
     blocks a program; its dots are 16 wide, so the GPU suite runs it compiled), or 2 chunks
-    of 32 in 32-row blocks with column blocks of 16 and the cumulative dt·A loaded by the
-    fused pass and the output kernel (against the kernels' own sums too); chunk states and passing fused, against the two kernels too (interpreted with the
-    full matrix also in P tiles of 4). The small grid would make the plan drop to one head a
-    program: the program-count floor is lifted."""
+    of 32 in 16-row blocks with column blocks of 16 and the cumulative dt·A loaded by the
+    fused pass and the output kernel (against the kernels' own sums too), 3 heads a group
+    (the C·Bᵀ kernel sums them in 3 scans of one); chunk states and passing fused, against
+    the two kernels too (interpreted with the full matrix also in P tiles of 4). The small
+    grid would make the plan drop to one head a program: the program-count floor is
+    lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
-    cfg = small_cfg(ngroups=ngroups, headdim=16)
+    cfg = small_cfg(ngroups=ngroups, headdim=16, nheads=nheads)
     plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,
                         tiles=tiles, interpret=True, max_body=43)
     assert (plan.state_heads, plan.out_heads) == heads

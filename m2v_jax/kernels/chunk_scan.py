@@ -527,6 +527,7 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   def _run():
     st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
     a_h, last = -jnp.exp(alog_ref[h]), first + count_ref[b] - 1
+
     def rows_of(i):
       """Slot i's x, dt and, where loaded, its acum and acum_L."""
       got = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
@@ -538,7 +539,8 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
       st, x, dtv, *sums = carry
       i = first + c
       ahead = rows_of(jnp.minimum(i + 1, last))
-      own, dec = _own_from(plan, x, dtv, a_h, xr_ref[pl.ds(i * L, L), bcols], sums or None)
+      sums = tuple(sums) if acr_ref is not None else None
+      own, dec = _own_from(plan, x, dtv, a_h, xr_ref[pl.ds(i * L, L), bcols], sums)
       st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
       return (dec * st + own,) + ahead
 

@@ -192,9 +192,9 @@ class ChunkTiles:
       (`chunk_scan.ChunkPlan.segments`); 0 for no limit.
     out_cols: columns per block of the output kernel's causal sum (0: out_rows; at most
       out_rows).
-    out_acum: 1 loads each slot's cumulative dt·A (`chunk_scan.slot_decay`, computed in
-      XLA) into the output kernel, whose causal sum then starts from the C·stᵀ term,
-      instead of summing it in every column block, and into the fused pass (with
+    out_acum: 1 has the C·Bᵀ kernel, which runs first, sum each slot's cumulative dt·A and
+      store it; the output kernel loads it (its causal sum then starts from the C·stᵀ term
+      instead of summing dt·A in every column block), and so does the fused pass (with
       fused_pass) for its decay weights.
 
   Raises:
