@@ -9,7 +9,7 @@
 #   c7: `seq_table.patch` applied (one per-sequence int32 table a segment instead of XLA's
 #       small arrays; rows filled in the output kernel; its tests and docs too). The prefill
 #       suite's chunked case (B=1 bf16, R=512 and 4096): new, HEAD, new, HEAD; new's
-#       timeline at R=512; the compiled packed, padding and rejection tests (C7_TEST_S, 100
+#       timeline at R=512; the compiled packed, padding, rejection and tiles tests (C7_TEST_S, 100
 #       s); the patch stays applied.
 #   c6: chunk_sweep B=1 bf16 at R=4096 and 512 on the working tree: the table, then the
 #       fused pass in P tiles of 32, with 2 stages, both, and the output kernel in 64-row
@@ -34,7 +34,7 @@ for s in "$@"; do
       nvidia-smi --query-gpu=name --format=csv,noheader
       ab $S $D/seq_table.patch || exit 1
       timeline $S 512
-      gpu_tests $S "packed or padding or reject or fills" ${C7_TEST_S:-100} )
+      gpu_tests $S "packed or padding or reject or fills or tiles_match" ${C7_TEST_S:-100} )
     ;;
   c6)
     S=/tmp/s45_c6; rm -rf $S; mkdir -p $S
