@@ -110,7 +110,7 @@ s1)
     echo "$k"; grep -E "Registers|Warp Cycles|Achieved Occ|Stall|Duration" $S/${k}_details.txt | head -12
     python3 - $S/${k}_sass.csv <<'PY'
 import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+rows = list(csv.DictReader(open(sys.argv[1]).read().splitlines()[1:]))   # line 1: the kernel
 if not rows:
   sys.exit("no rows")
 key = next((k for k in rows[0] if "Warp Stall Sampling (All" in k), None)
