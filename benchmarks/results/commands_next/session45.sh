@@ -11,6 +11,9 @@
 #       suite's chunked case (B=1 bf16, R=512 and 4096): new, HEAD, new, HEAD; new's
 #       timeline at R=512; the compiled packed, padding, rejection and tiles tests (C7_TEST_S, 100
 #       s); the patch stays applied.
+#   c8: `cst_last.patch` (the output kernel's loaded path adds exp(acum) C stᵀ after the
+#       causal loop instead of starting from it): the prefill suite's chunked case, new,
+#       HEAD, new, HEAD; then ncu of the first output launch at R=512 and 2048 with it.
 #   c6: chunk_sweep B=1 bf16 at R=4096 and 512 on the working tree: the table, then the
 #       fused pass in P tiles of 32, with 2 stages, both, and the output kernel in 64-row
 #       programs of 4 warps (C6_VARIANTS, ChunkTiles texts joined by commas, overrides them).
@@ -35,6 +38,14 @@ for s in "$@"; do
       ab $S $D/seq_table.patch || exit 1
       timeline $S 512
       gpu_tests $S "packed or padding or reject or fills or tiles_match" ${C7_TEST_S:-100} )
+    ;;
+  c8)
+    S=/tmp/s45_c8; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/c8.tgz -C /tmp s45_c8' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      ab $S $D/cst_last.patch || exit 1
+      for R in 512 2048; do NCU_ROWS=$R ncu_out $S cst_last_r$R; done
+      patch -p1 -R < $D/cst_last.patch > /dev/null )
     ;;
   c6)
     S=/tmp/s45_c6; rm -rf $S; mkdir -p $S
