@@ -282,8 +282,8 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, bf16 products: 128-row chunks, chunk states and state passing fused (P tiles of
     # 64: smaller ones redo the decay weights per tile), its loads three stages deep; output
     # programs of a whole chunk in 8 warps, the causal sum over 32-column blocks, 3 stages,
-    # acum loaded (0.94x the time of 64-row programs at R=4096, H100, 2026-12-06, in a build
-    # that loaded a transposed dt: BENCHMARKS.md, "Session 44").
+    # acum loaded (0.94x the time of 64-row programs at R=4096 and 2048, 1.00x at 512, H100,
+    # 2026-12-06: BENCHMARKS.md, "Session 45").
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
