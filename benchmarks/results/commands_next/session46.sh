@@ -6,6 +6,12 @@
 #       of it gone). Each: the prefill suite's chunked case (B=1 bf16, R=512 and 4096) new,
 #       old, new, old, left applied; the timeline at R=512 with both; then the compiled
 #       tests of both (A1_TEST_S, default 200 s).
+#   a2: chunk_sweep B=1 bf16 at R=4096 and 512 on the working tree: the table, then the body
+#       conv's tiles (never swept): conv_rows 64, 16; conv_cols 512 in 8 warps, 128
+#       (A2_VARIANTS, ChunkTiles texts joined by commas, overrides them).
+#   b1: on a tree at HEAD: timelines at R=512 and 4096 of HEAD and of HEAD with
+#       `seq_table.patch` (in b1/head, b1/seq); then `cst_last.patch` new, HEAD, new, HEAD
+#       (b1/cst); then stage a2 (on HEAD).
 #   c8: session 45's c8 (`cst_last.patch` on the working tree: ab and ncu).
 D=$(dirname "$0")
 . $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
@@ -21,6 +27,27 @@ for s in "$@"; do
       timeline $S 512
       gpu_tests $S "packed or padding or reject or fills or tiles_match or body_conv or segment" \
         ${A1_TEST_S:-200} )
+    ;;
+  a2)
+    S=/tmp/s46_a2; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/a2.tgz -C /tmp s46_a2' EXIT
+      TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
+      VS=${A2_VARIANTS:-$TB:conv_rows=64,$TB:conv_rows=16,$TB:conv_cols=512:conv_warps=8,$TB:conv_cols=128}
+      for R in 4096 512; do
+        sweep $S conv_r$R $R "$VS"
+      done )
+    ;;
+  b1)
+    S=/tmp/s46_b1; rm -rf $S; mkdir -p $S/head $S/seq $S/cst
+    ( trap 'tar czf ${OUT:-/tmp/out}/b1.tgz -C /tmp s46_b1' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for R in 512 4096; do timeline $S/head $R; done
+      patch -p1 < $D/seq_table.patch > /dev/null || exit 1
+      for R in 512 4096; do timeline $S/seq $R; done
+      patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
+      ab $S/cst $D/cst_last.patch || exit 1
+      patch -p1 -R < $D/cst_last.patch > /dev/null || exit 1 )
+    bash $0 a2
     ;;
   c8)
     bash $D/session45.sh c8
