@@ -10,8 +10,9 @@
 #       conv's tiles (never swept): conv_rows 64, 16; conv_cols 512 in 8 warps, 128
 #       (A2_VARIANTS, ChunkTiles texts joined by commas, overrides them).
 #   b1: on a tree at HEAD: timelines at R=512 and 4096 of HEAD and of HEAD with
-#       `seq_table.patch` (in b1/head, b1/seq); then `cst_last.patch` new, HEAD, new, HEAD
-#       (b1/cst); then stage a2 (on HEAD).
+#       `seq_table.patch` (in b1/head, b1/seq); `conv_end2.patch` (the conv state's loads
+#       issued before the rows) over seq: new, seq, new, seq (b1/conv2); then
+#       `cst_last.patch` over HEAD: new, HEAD, new, HEAD (b1/cst). Leaves the tree at HEAD.
 #   c8: session 45's c8 (`cst_last.patch` on the working tree: ab and ncu).
 D=$(dirname "$0")
 . $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
@@ -34,7 +35,7 @@ for s in "$@"; do
       TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
       VS=${A2_VARIANTS:-$TB:conv_rows=64,$TB:conv_rows=16,$TB:conv_cols=512:conv_warps=8,$TB:conv_cols=128}
       for R in 4096 512; do
-        sweep $S conv_r$R $R "$VS"
+        T=${A2_T:-200} sweep $S conv_r$R $R "$VS"
       done )
     ;;
   b1)
@@ -44,10 +45,11 @@ for s in "$@"; do
       for R in 512 4096; do timeline $S/head $R; done
       patch -p1 < $D/seq_table.patch > /dev/null || exit 1
       for R in 512 4096; do timeline $S/seq $R; done
+      mkdir -p $S/conv2; ab $S/conv2 $D/conv_end2.patch || exit 1
+      patch -p1 -R < $D/conv_end2.patch > /dev/null || exit 1
       patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
       ab $S/cst $D/cst_last.patch || exit 1
       patch -p1 -R < $D/cst_last.patch > /dev/null || exit 1 )
-    bash $0 a2
     ;;
   c8)
     bash $D/session45.sh c8
