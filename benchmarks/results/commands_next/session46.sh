@@ -13,6 +13,9 @@
 #       `seq_table.patch` (in b1/head, b1/seq); `conv_end2.patch` (the conv state's loads
 #       issued before the rows) over seq: new, seq, new, seq (b1/conv2); then
 #       `cst_last.patch` over HEAD: new, HEAD, new, HEAD (b1/cst). Leaves the tree at HEAD.
+#   d1: on a tree at HEAD: timelines at R=4096 of HEAD, seq, HEAD, seq (d1/t1, t2); the
+#       prefill suite's chunked case with `seq_table.patch`, HEAD, again (d1/seq); then
+#       chunk_sweep at R=512 and 4096: the table, conv_rows=16, the table, conv_rows=16.
 #   c8: session 45's c8 (`cst_last.patch` on the working tree: ab and ncu).
 D=$(dirname "$0")
 . $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
@@ -50,6 +53,23 @@ for s in "$@"; do
       patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
       ab $S/cst $D/cst_last.patch || exit 1
       patch -p1 -R < $D/cst_last.patch > /dev/null || exit 1 )
+    ;;
+  d1)
+    S=/tmp/s46_d1; rm -rf $S; mkdir -p $S/t1/head $S/t1/seq $S/t2/head $S/t2/seq $S/seq
+    ( trap 'tar czf ${OUT:-/tmp/out}/d1.tgz -C /tmp s46_d1' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for t in t1 t2; do
+        timeline $S/$t/head 4096
+        patch -p1 < $D/seq_table.patch > /dev/null || exit 1
+        timeline $S/$t/seq 4096
+        patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
+      done
+      ab $S/seq $D/seq_table.patch || exit 1
+      patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
+      TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
+      for R in 512 4096; do
+        T=120 sweep $S conv16_r$R $R "$TB:conv_rows=16,$TB,$TB:conv_rows=16"
+      done )
     ;;
   c8)
     bash $D/session45.sh c8
