@@ -16,6 +16,8 @@
 #   d1: on a tree at HEAD: timelines at R=4096 of HEAD, seq, HEAD, seq (d1/t1, t2); the
 #       prefill suite's chunked case with `seq_table.patch`, HEAD, again (d1/seq); then
 #       chunk_sweep at R=512 and 4096: the table, conv_rows=16, the table, conv_rows=16.
+#   d2: d1 cut to what one short call holds: one timeline each of HEAD and seq at R=4096,
+#       then seq, HEAD, seq, HEAD in the prefill suite (d2/seq).
 #   c8: session 45's c8 (`cst_last.patch` on the working tree: ab and ncu).
 D=$(dirname "$0")
 . $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
@@ -70,6 +72,17 @@ for s in "$@"; do
       for R in 512 4096; do
         T=120 sweep $S conv16_r$R $R "$TB:conv_rows=16,$TB,$TB:conv_rows=16"
       done )
+    ;;
+  d2)
+    S=/tmp/s46_d2; rm -rf $S; mkdir -p $S/head $S/seq
+    ( trap 'tar czf ${OUT:-/tmp/out}/d2.tgz -C /tmp s46_d2' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      timeline $S/head 4096
+      patch -p1 < $D/seq_table.patch > /dev/null || exit 1
+      timeline $S/seq 4096
+      patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
+      ab $S/seq $D/seq_table.patch || exit 1
+      patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1 )
     ;;
   c8)
     bash $D/session45.sh c8
