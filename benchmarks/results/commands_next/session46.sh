@@ -2,7 +2,7 @@
 # Session 46's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session46.sh STAGE...
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session46/README.md.
 #   a1: `seq_table.patch` (session 45's c7), then `conv_end.patch` on top of it (the body conv
-#       writes the conv state after each body into the pool; XLA's gather, select and scatter
+#       writes the conv state after each body into the pool; XLA's select, scatter and bounds reduce
 #       of it gone). Each: the prefill suite's chunked case (B=1 bf16, R=512 and 4096) new,
 #       old, new, old, left applied; the timeline at R=512 with both; then the compiled
 #       tests of both (A1_TEST_S, default 200 s).
@@ -87,6 +87,7 @@ for s in "$@"; do
   c8)
     bash $D/session45.sh c8
     ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
 done
 echo "== end $(date -u +%H:%M:%S)"
