@@ -1,5 +1,7 @@
 # Helpers of the session scripts here (sourced): the output folder and the functions below.
 O=${OUT:-/tmp/out}; mkdir -p $O
+# Bolt's bf16 table entry as a ChunkTiles text (each field at most once: edit a field it has, append one it lacks).
+TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
 run() {  # run FOLDER VAR=VALUE...: tools/run_gpu.sh with those settings, its output in FOLDER
   local dir=$O/$1; shift
   env "$@" OUT=$dir bash tools/run_gpu.sh > $dir.txt 2>&1

@@ -18,7 +18,7 @@
 #       fused pass in P tiles of 32, with 2 stages, both, and the output kernel in 64-row
 #       programs of 4 warps (C6_VARIANTS, ChunkTiles texts joined by commas, overrides them).
 D=$(dirname "$0")
-. $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
+. $D/lib.sh   # TB, ser, timeline, sweep, ab, gpu_tests
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
@@ -51,7 +51,6 @@ for s in "$@"; do
     S=/tmp/s45_c6; rm -rf $S; mkdir -p $S
     ( trap 'tar czf ${OUT:-/tmp/out}/c6.tgz -C /tmp s45_c6' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
-      TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
       v() { echo $TB | sed "$1"; }   # the table's fields with one sed edit
       VS=${C6_VARIANTS:-$(v s/block_p=64/block_p=32/),$(v s/state_stages=3/state_stages=2/),$(v "s/block_p=64/block_p=32/; s/state_stages=3/state_stages=2/"),$(v "s/out_rows=128/out_rows=64/; s/out_warps=8/out_warps=4/")}
       for R in 4096 512; do

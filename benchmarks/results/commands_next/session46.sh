@@ -20,7 +20,7 @@
 #       then seq, HEAD, seq, HEAD in the prefill suite (d2/seq).
 #   c8: session 45's c8 (`cst_last.patch` on the working tree: ab and ncu).
 D=$(dirname "$0")
-. $D/lib.sh   # ser, timeline, sweep, ab, gpu_tests
+. $D/lib.sh   # TB, ser, timeline, sweep, ab, gpu_tests
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
@@ -37,7 +37,6 @@ for s in "$@"; do
   a2)
     S=/tmp/s46_a2; rm -rf $S; mkdir -p $S
     ( trap 'tar czf ${OUT:-/tmp/out}/a2.tgz -C /tmp s46_a2' EXIT
-      TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
       VS=${A2_VARIANTS:-$TB:conv_rows=64,$TB:conv_rows=16,$TB:conv_cols=512:conv_warps=8,$TB:conv_cols=128}
       for R in 4096 512; do
         T=${A2_T:-200} sweep $S conv_r$R $R "$VS"
@@ -68,7 +67,6 @@ for s in "$@"; do
       done
       ab $S/seq $D/seq_table.patch || exit 1
       patch -p1 -R < $D/seq_table.patch > /dev/null || exit 1
-      TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
       for R in 512 4096; do
         T=120 sweep $S conv16_r$R $R "$TB:conv_rows=16,$TB,$TB:conv_rows=16"
       done )
