@@ -5,16 +5,16 @@
 #       output kernel): the JAX version and compute_on's signature; the timeline at R=512
 #       with it (HLO beside); the prefill suite's chunked case new, old, new, old; the
 #       timeline at R=512 without it; then the compiled tests of the prefill paths
-#       (E1_TEST_S seconds, default 150). Leaves the tree as it found it.
+#       (E1_TEST_S seconds, default 110; call 1 ran at 150). Leaves the tree as it found
+#       it (a patch still applied when a stage exits early is reversed: `on`, `undo`).
 #   e2: over `side_stream.patch`, `side_cb.patch` (the C·Bᵀ launch on the second stream too,
 #       beside the fused pass, which sums its own acum again): the prefill suite's chunked
 #       case new, old, new, old (old: side_stream alone); the timelines at R=512 and 4096
 #       with both. Leaves the tree as it found it.
-#   e3: on a tree with `ChunkTiles.streams` (2 by default: C·Bᵀ and the verify tail on the
-#       second stream): chunk_sweep B=1 bf16 at R=512 and 4096, the table (two streams)
-#       and streams=1 (the sweep drops the repeats); the timeline at R=512; the compiled
-#       prefill tests;
-#       the timeline at R=4096.
+#   e3: `streams.patch` (`ChunkTiles.streams`, 2 by default: C·Bᵀ and the verify tail's
+#       launches on the second stream; call 2 ran it as the working tree): chunk_sweep B=1
+#       bf16 at R=512 and 4096, the table (two streams) and streams=1 (the sweep drops the
+#       repeats); the timeline at R=512; the compiled prefill tests; the timeline at R=4096.
 #   x1: `out_exp2.patch` (the output kernel's loaded-sum weights as one PTX ex2.approx of
 #       a_t - b_s, log2(dt) folded into b): the prefill suite's chunked case new, old, new,
 #       old; ncu of the output kernel (R=512) with it; the compiled prefill tests with it;
@@ -23,47 +23,49 @@
 #       as is and with XLA's latency-hiding scheduler asked for.
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, ab, gpu_tests
+P=()          # the patches a stage has applied, in order
+on() { patch -p1 < $1 > /dev/null && P+=("$1"); }
+off() { patch -p1 -R < $1 > /dev/null && unset 'P[${#P[@]}-1]'; }
+undo() { local i; for ((i=${#P[@]}-1; i>=0; i--)); do patch -p1 -R < "${P[i]}" > /dev/null; done; P=(); }
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
   e1)
     S=/tmp/s47_e1; rm -rf $S; mkdir -p $S/side $S/head $S/ab
-    ( trap 'tar czf ${OUT:-/tmp/out}/e1.tgz -C /tmp s47_e1' EXIT
+    ( trap 'undo; tar czf ${OUT:-/tmp/out}/e1.tgz -C /tmp s47_e1' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
       python3 -c "import jax, inspect; from jax.experimental import compute_on as c; \
 print(jax.__version__, inspect.signature(c.compute_on))" 2>&1 | tail -1
-      patch -p1 < $D/side_stream.patch > /dev/null || exit 1
+      on $D/side_stream.patch || exit 1
       timeline $S/side 512
       grep -lE "async-start|stream" $S/side/hlo_r512/*jit_many*after_opt* > /dev/null \
         && grep -hE "async-start|async-done|copy-start| copy\(" $S/side/hlo_r512/*jit_many*after_opt* \
         | cut -c1-200 | head -20
-      patch -p1 -R < $D/side_stream.patch > /dev/null || exit 1
-      ab $S/ab $D/side_stream.patch || exit 1
-      patch -p1 -R < $D/side_stream.patch > /dev/null || exit 1
+      off $D/side_stream.patch || exit 1
+      ab $S/ab $D/side_stream.patch && P+=($D/side_stream.patch) || exit 1
+      off $D/side_stream.patch || exit 1
       timeline $S/head 512
-      patch -p1 < $D/side_stream.patch > /dev/null || exit 1
-      gpu_tests $S "prefill or packed or ragged or segment" ${E1_TEST_S:-110}
-      patch -p1 -R < $D/side_stream.patch > /dev/null )
+      on $D/side_stream.patch || exit 1
+      gpu_tests $S "prefill or packed or ragged or segment" ${E1_TEST_S:-110} )
     ;;
   e2)
     S=/tmp/s47_e2; rm -rf $S; mkdir -p $S/both $S/ab
-    ( trap 'tar czf ${OUT:-/tmp/out}/e2.tgz -C /tmp s47_e2' EXIT
+    ( trap 'undo; tar czf ${OUT:-/tmp/out}/e2.tgz -C /tmp s47_e2' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
-      patch -p1 < $D/side_stream.patch > /dev/null || exit 1
-      ab $S/ab $D/side_cb.patch || exit 1
-      for R in 512 4096; do timeline $S/both $R; done
-      patch -p1 -R < $D/side_cb.patch > /dev/null
-      patch -p1 -R < $D/side_stream.patch > /dev/null )
+      on $D/side_stream.patch || exit 1
+      ab $S/ab $D/side_cb.patch && P+=($D/side_cb.patch) || exit 1
+      for R in 512 4096; do timeline $S/both $R; done )
     ;;
   e3)
     S=/tmp/s47_e3; rm -rf $S; mkdir -p $S
-    ( trap 'tar czf ${OUT:-/tmp/out}/e3.tgz -C /tmp s47_e3' EXIT
+    ( trap 'undo; tar czf ${OUT:-/tmp/out}/e3.tgz -C /tmp s47_e3' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
+      on $D/streams.patch || exit 1
       for R in 512 4096; do
         T=${E3_T:-120} sweep $S streams_r$R $R "$TB:streams=1,$TB,$TB:streams=1"
       done
       timeline $S 512
-      gpu_tests $S "prefill or packed or ragged or segment" ${E3_TEST_S:-100}
+      gpu_tests $S "prefill or packed or ragged or segment" ${E3_TEST_S:-150}
       timeline $S 4096 )
     ;;
   p1)
@@ -77,12 +79,12 @@ print(jax.__version__, inspect.signature(c.compute_on))" 2>&1 | tail -1
     ;;
   x1)
     S=/tmp/s47_x1; rm -rf $S; mkdir -p $S/ab
-    ( trap 'tar czf ${OUT:-/tmp/out}/x1.tgz -C /tmp s47_x1' EXIT
+    ( trap 'undo; tar czf ${OUT:-/tmp/out}/x1.tgz -C /tmp s47_x1' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
-      ab $S/ab $D/out_exp2.patch || exit 1
+      ab $S/ab $D/out_exp2.patch && P+=($D/out_exp2.patch) || exit 1
       ncu_out $S new
       gpu_tests $S "prefill or packed or ragged or segment" ${X1_TEST_S:-150}
-      patch -p1 -R < $D/out_exp2.patch > /dev/null || exit 1
+      off $D/out_exp2.patch || exit 1
       ncu_out $S old )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
