@@ -13,7 +13,6 @@ import time
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
 
 from m2v_jax.kernels import backend
 
@@ -26,7 +25,7 @@ def _spin(x_ref, o_ref):
 
 
 def spin(x):
-  return backend.pallas_call(lambda x_ref, o_ref: _spin(x_ref, o_ref),
+  return backend.pallas_call(_spin,
                              inputs=dict(x_ref=x), outputs=dict(o_ref=jax.ShapeDtypeStruct(
                                  x.shape, x.dtype)), grid=(16,), num_warps=4, num_stages=1,
                              interpret=False, name="spin")["o_ref"]
@@ -57,7 +56,7 @@ def timed(f, *args):
 def main():
   a = jnp.ones((128,), jnp.float32)
   b = jnp.ones((128,), jnp.float32) * 2
-  single = timed(lambda a: spin(a), a)
+  single = timed(spin, a)
   for _ in range(2):
     print(f"one kernel {single:.1f} µs; pair on one stream {timed(one_stream, a, b):.1f} µs; "
           f"pair, the second in a compute_on region {timed(two_streams, a, b):.1f} µs")
