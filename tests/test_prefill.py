@@ -119,20 +119,20 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
 
 
 def test_scratch_limit_cuts_long_bodies_into_segments():
-  """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=4096, 177 MB in one scan, runs in
-  two segments within the limit (the carried states counted), R=512 in one; B=2 has twice
-  the limit; scratch_mb=0 keeps one scan. The segments tile the slot table once, in order,
-  each with scratch for its `segment_slots`; each holds the next part of every body, so a
-  padded B=2 call runs both sequences in every segment. A limit that no count of segments
-  meets is an error that names the least it takes."""
+  """At Bolt's bf16 table (`scratch_mb` 100 a sequence): R=8192, 175 MB in one scan, runs in
+  two segments within the limit (the carried states counted), R=512 and 4096 in one; B=2 has
+  twice the limit; scratch_mb=0 keeps one scan. The segments tile the slot table once, in
+  order, each with scratch for its `segment_slots`; each holds the next part of every body,
+  so a padded B=2 call runs both sequences in every segment. A limit that no count of
+  segments meets is an error that names the least it takes."""
   tiles = m.chunk_tile_config(m.BOLT, "bf16")
   assert tiles.scratch_mb == 100
   plan = lambda R, B=1, t=tiles: pk.ChunkPlan(cfg=m.BOLT, T=B * R, S=B, E=B, has_z=False,
                                               y_dtype=jnp.bfloat16, tiles=t,
                                               max_body=R - m.BOLT.capacity)
-  one = plan(4096, t=dataclasses.replace(tiles, scratch_mb=0))
-  assert len(one.segments) == 1 and 177e6 < pk.scratch_bytes(one) < 178e6
-  for R, B, count in ((512, 1, 1), (4096, 1, 2), (4096, 2, 2), (13700, 1, 7)):
+  one = plan(8192, t=dataclasses.replace(tiles, scratch_mb=0))
+  assert len(one.segments) == 1 and 174e6 < pk.scratch_bytes(one) < 175e6
+  for R, B, count in ((512, 1, 1), (4096, 1, 1), (8192, 1, 2), (8192, 2, 2), (13700, 1, 4)):
     p = plan(R, B)
     segs = p.segments
     assert len(segs) == count, (R, B)
@@ -140,18 +140,18 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
     assert [s.start for s in segs] == [0] + [s.stop for s in segs[:-1]]
     assert segs[-1].stop == p.n_slots and p.body_slots == count * p.segment_slots
     assert all(s.body == p.segment_slots == s.stop - s.start for s in segs[:-1])
-  p = plan(4096, 2)
+  p = plan(8192, 2)
   i32 = lambda a: jnp.asarray(a, jnp.int32)
-  rb = 4096 - m.BOLT.capacity
-  t = pk.slot_table(p, i32([0, 4096, 8192]), i32([4096, 4096, 0]), i32([4096, 4096, 0]),
+  rb = 8192 - m.BOLT.capacity
+  t = pk.slot_table(p, i32([0, 8192, 16384]), i32([8192, 8192, 0]), i32([8192, 8192, 0]),
                     i32([rb, rb, 0]))
-  assert np.asarray(t.count).tolist() == [[16, 16, 0], [16, 16, 0]]
+  assert np.asarray(t.count).tolist() == [[32, 32, 0], [32, 32, 0]]
   assert np.asarray(t.carry_out).tolist() == [[1, 1, 0], [0, 0, 0]]
   body = np.asarray(t.body)
-  assert body.sum() == 64 and np.all(np.flatnonzero(body) < p.body_slots)
+  assert body.sum() == 128 and np.all(np.flatnonzero(body) < p.body_slots)
   assert plan(4096, 2, dataclasses.replace(tiles, scratch_mb=1.13)).scratch_budget == 2_260_000
-  small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=10))
-  with pytest.raises(ValueError, match=r"scratch_mb=10: a chunk's scratch .* 11\.67 MB"):
+  small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=3))
+  with pytest.raises(ValueError, match=r"scratch_mb=3: a chunk's scratch .* 8\.98 MB"):
     small.segments
 
 
@@ -185,6 +185,8 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(local_block_p=24), "local_block_p: expected a power of two"),
     (dict(fused_pass=2), "fused_pass: expected 0 or 1"),
     (dict(out_acum=2), "out_acum: expected 0 or 1"),
+    (dict(fused_y=2), "fused_y: expected 0 or 1"),
+    (dict(fused_y=1), "fused_y=1 needs fused_pass=1"),
     (dict(out_cols=24), "out_cols: expected 0 or a power of two up to out_rows"),
     (dict(out_rows=32, out_cols=64), "out_cols: expected 0 or a power of two up to out_rows"),
     (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
@@ -359,7 +361,11 @@ class PrefillChecks:
       (1, 4, m.ChunkTiles(chunk=16, state_heads=1, out_heads=4, fused_pass=1), (1, 4)),
       (2, 4, m.ChunkTiles(chunk=64, out_rows=16), (1, 1)),
       (2, 6, m.ChunkTiles(chunk=32, out_rows=16, out_cols=16, out_acum=1, out_stages=2,
-                          fused_pass=1), (1, 1))])
+                          fused_pass=1), (1, 1)),
+      (2, 6, m.ChunkTiles(chunk=32, out_rows=16, out_cols=16, fused_pass=1, fused_y=1),
+       (1, 1)),
+      (1, 4, m.ChunkTiles(chunk=32, block_p=16, out_rows=32, fused_pass=1, fused_y=1,
+                          state_warps=8), (1, 1))])
   def test_chunk_tiles_match_reference(self, monkeypatch, ngroups, nheads, tiles, heads):
     """Other launch parameters, same results: several heads (shrunk to the heads of a group)
     and P tiles per chunk-states and output program, state-passing P tiles down to one row, 3
@@ -368,9 +374,10 @@ class PrefillChecks:
     of 32 in 16-row blocks with column blocks of 16 and the cumulative dt·A loaded by the
     fused pass and the output kernel (against the kernels' own sums too), 3 heads a group
     (the C·Bᵀ kernel sums them in 3 scans of one); chunk states and passing fused, against
-    the two kernels too (interpreted with the full matrix also in P tiles of 4). The small
-    grid would make the plan drop to one head a program: the program-count floor is
-    lifted."""
+    the two kernels too (interpreted with the full matrix also in P tiles of 4); or y in the
+    fused pass (`fused_y`), in 16-row blocks with 16-column sums or in whole 32-row chunks
+    at 8 warps, against the output kernel. The small grid would make the plan drop to one
+    head a program: the program-count floor is lifted."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(ngroups=ngroups, headdim=16, nheads=nheads)
     plan = pk.ChunkPlan(cfg=cfg, T=2 * 51, S=2, E=2, has_z=True, y_dtype=jnp.float32,
@@ -401,7 +408,11 @@ class PrefillChecks:
     if tiles.out_acum:               # the decay summed in the output kernel instead
       y0, _ = again(out_acum=0)
       assert_close(y, y0, 1e-6, "y, acum loaded against summed in the kernel")
-    if tiles.fused_pass:             # the same products and sums as the two kernels
+    if tiles.fused_y:                # y in the fused pass against the output kernel's
+      y3, three = again(fused_y=0)
+      assert_close(y, y3, 1e-6, "y, from the fused pass against the output kernel")
+      assert_close(got.ssm, three.ssm, 1e-6, "ssm, fused_y against fused_pass alone")
+    elif tiles.fused_pass:           # the same products and sums as the two kernels
       y2, two = again(fused_pass=0)
       same(y, y2, "y, fused against two kernels")
       same(got.ssm, two.ssm, "ssm, fused against two kernels")

@@ -154,14 +154,17 @@ class ChunkPlan:
   @property
   def slot_bytes(self) -> int:
     """Scratch bytes of one body slot in a segment: post-conv rows, C·Bᵀ, starting states
-    and, unfused, the chunk states and decays; with `out_acum` its cumulative dt·A."""
+    and, unfused, the chunk states and decays; with `out_acum` its cumulative dt·A; with
+    `fused_y` the post-conv rows only."""
     cfg, L = self.cfg, self.chunk
     H = cfg.nheads
     state = H * cfg.headdim * cfg.dstate
+    rows = L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize
+    if self.tiles.fused_y:
+      return rows
     own = (0 if self.tiles.fused_pass else 4 * (state + H)) + (
         4 * L * H if self.tiles.out_acum else 0)
-    return (L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize + 4 * cfg.ngroups * L * L
-            + own + self.st_dtype.itemsize * state)
+    return rows + 4 * cfg.ngroups * L * L + own + self.st_dtype.itemsize * state
 
   def _slots_per_segment(self, n: int) -> int:
     """Body slots of each of n segments: enough for any layout, where each body's part in a
@@ -548,6 +551,130 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
     _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
 
+def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, row_ref, len_ref,
+                        fill_ref, xr_ref, dtr_ref, alog_ref, d_ref, z_ref=None, ssm_ref,
+                        y_in_ref=None, ssm_out_ref, y_ref, cin_ref=None, carry_ref=None,
+                        cout_ref=None, carry_out_ref=None, dt0_ref=None, plan: ChunkPlan):
+  """The whole scan of a sequence's body slots, grid (P / block_p, H, S+1): per slot in
+  order, y from the carried state in blocks of out_rows rows (the causal sum in blocks of
+  out_cols columns), then st = dec * st + own (`ChunkTiles.fused_y`).
+
+    Refs as `_chunk_states_pass_kernel` and `_chunk_out_kernel` (no C·Bᵀ, starting states
+    or loaded sums: C·Bᵀ and the cumulative dt·A are computed here); y_ref [T, H*P] gets the
+    rows of the sequence's body slots (masked where a slot is partial), the fill value where
+    the sequence does not run.
+  """
+  del y_in_ref
+  cfg = plan.cfg
+  P, N, G = cfg.headdim, cfg.dstate, cfg.ngroups
+  HP, L, BP, BM, BK = cfg.d_inner, plan.chunk, plan.block_p, plan.out_rows, plan.out_cols
+  pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  ps = pl.ds(pid_p * BP, BP)
+  first, count = first_ref[b], count_ref[b]
+  g = h // cfg.heads_per_group
+  bcols, ccols = pl.ds(HP + g * N, N), pl.ds(HP + G * N + g * N, N)
+  xcols = pl.ds(h * P + pid_p * BP, BP)
+  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
+  dt0 = _dt_row(dt0_ref)
+  t_idx = lax.broadcasted_iota(jnp.int32, (BM, 1), 0)
+  runs = valid_ref[b] > 0
+
+  def store_rows(i, r0, y):
+    """y [BM, BP] into rows r0 .. of slot i: whole where the slot has them all, else masked."""
+    out_rows, lv = pl.ds(row_ref[i] + r0, BM), r0 + t_idx < len_ref[i]
+    if plan.T < BM:                                 # no whole block fits in y
+      backend.store(y_ref.at[out_rows, xcols], y, lv)
+      return
+    full = len_ref[i] >= r0 + BM
+    pl.when(full)(lambda: y_ref.__setitem__((out_rows, xcols), y))
+    pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, xcols], y, lv))
+
+  @pl.when(runs & (count > 0))
+  def _run():
+    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
+    a_h, d_h, last = -jnp.exp(alog_ref[h]), d_ref[h], first + count - 1
+
+    col = lax.broadcasted_iota(jnp.int32, (L,), 0)
+
+    def rows_from(i, k0, n, whole):
+      """x [n, BP], dt [n], acum [n] (from the slot's first row) of slot i's n rows from k0:
+      the whole slot's values where n = L, else loaded (acum: the rows before, summed, plus
+      the rows' own running sum)."""
+      if n == L:
+        return whole
+      _, dtv, acum = whole
+      rows = pl.ds(i * L + k0, n)
+      dtk = dtr_ref[pl.ds(dt0 + i * L + k0, n), h]
+      before = jnp.sum(jnp.where(col < k0, dtv * a_h, 0.0)) if k0 else 0.0
+      return xr_ref[rows, xcols], dtk, before + jnp.cumsum(dtk * a_h)
+
+    def y_block(i, m, st, whole):
+      """y of rows m*BM .. of slot i: D x + exp(acum) C stᵀ + (C Bᵀ ∘ decay ∘ dt) x, the
+      causal sum over blocks of BK columns up to the block's last row."""
+      r0 = m * BM
+      x_r, _, acum_r = rows_from(i, r0, BM, whole)
+      cm = xr_ref[pl.ds(i * L + r0, BM), ccols]                          # [BM, N]
+      acc = jnp.exp(acum_r)[:, None] * plan.dot(cm, st, "b", trans_b=True)  # [BM, BP]
+      for k in range(-(-(r0 + BM) // BK)):
+        k0 = k * BK
+        x_k, dt_k, acum_k = rows_from(i, k0, BK, whole)
+        bm_k = xr_ref[pl.ds(i * L + k0, BK), bcols]                       # [BK, N]
+        causal = r0 + t_idx >= k0 + lax.broadcasted_iota(jnp.int32, (BM, BK), 1)
+        decay = jnp.exp(jnp.minimum(acum_r[:, None] - acum_k[None, :], 0.0))
+        w = jnp.where(causal, decay * dt_k[None, :], 0.0)                 # [BM, BK]
+        acc = acc + plan.dot(plan.dot(cm, bm_k, "", trans_b=True) * w, x_k, "a")
+      y = d_h * x_r.astype(f32) + acc
+      if plan.has_z:
+        lv = r0 + t_idx < len_ref[i]
+        z = backend.load(z_ref.at[pl.ds(row_ref[i] + r0, BM), xcols], lv)
+        y = rowmath.gate(y, z.astype(f32))
+      store_rows(i, r0, y.astype(y_ref.dtype))
+
+    def chunk(c, carry):               # the next slot's x and dt loaded before this one's work
+      st, x, dtv = carry
+      i = first + c
+      nxt = jnp.minimum(i + 1, last)
+      ahead = (xr_ref[pl.ds(nxt * L, L), xcols], dtr_ref[pl.ds(dt0 + nxt * L, L), h])
+      bm = xr_ref[pl.ds(i * L, L), bcols]                                 # [L, N]
+      acum, acum_l = _log_decay(dtv, a_h, L)
+      for m in range(L // BM):
+        y_block(i, m, st, (x, dtv, acum))
+      own, dec = _own_from(plan, x, dtv, a_h, bm, (acum, acum_l))
+      return (dec * st + own,) + ahead
+
+    ahead = (xr_ref[pl.ds(first * L, L), xcols], dtr_ref[pl.ds(dt0 + first * L, L), h])
+    st = lax.fori_loop(0, count, chunk, (st,) + ahead)[0]
+    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
+
+  @pl.when(jnp.logical_not(runs) & (count > 0))
+  def _fill():
+    tile = jnp.broadcast_to(fill_ref[b], (BM, BP)).astype(y_ref.dtype)
+
+    def fill(c, carry):
+      i = first + c
+      for m in range(L // BM):
+        backend.store(y_ref.at[pl.ds(row_ref[i] + m * BM, BM), xcols], tile,
+                      m * BM + t_idx < len_ref[i])
+      return carry
+
+    lax.fori_loop(0, count, fill, 0)
+
+
+def _fill_kernel(*, seq_ref, row_ref, len_ref, body_ref, fill_ref, y_in_ref=None, y_ref,
+                 plan: ChunkPlan, block: int):
+  """The fill value into the rows of each slot that is not a body, grid (the segment's
+  slots, H*P / block); y_ref [T, H*P] is aliased to y_in_ref where present."""
+  del y_in_ref
+  L = plan.chunk
+  i, j = pl.program_id(0), pl.program_id(1)
+
+  @pl.when((body_ref[i] == 0) & (len_ref[i] > 0))
+  def _fill():
+    tile = jnp.broadcast_to(fill_ref[seq_ref[i]], (L, block)).astype(y_ref.dtype)
+    lv = lax.broadcasted_iota(jnp.int32, (L, 1), 0) < len_ref[i]
+    backend.store(y_ref.at[pl.ds(row_ref[i], L), pl.ds(j * block, block)], tile, lv)
+
+
 def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
                        ssm_ref, ssm_out_ref, st_ref, cin_ref=None, carry_ref=None,
                        cout_ref=None, carry_out_ref=None, plan: ChunkPlan):
@@ -724,7 +851,8 @@ def write_rows(plan: ChunkPlan, y, rows, row0, count):
 
 def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot, valid, fill,
                xr, dtr, z, A_log, D, ssm, y=None, carry=None):
-  """The chunked scan's kernels over one segment's slots (three with `fused_pass`).
+  """The chunked scan's kernels over one segment's slots (three with `fused_pass`, one or
+  two with `fused_y`).
 
   Args:
     plan: the launch.
@@ -767,6 +895,9 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   carried = dict(ssm_ref="ssm_out_ref")
   if seg.index and more:
     carried["carry_ref"] = "carry_out_ref"
+  if t.fused_y:
+    return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, fill, xr,
+                       dtr, dt0, z, A_log, D, ssm, y)
   sums = dict(dtr_ref=dtr, alog_ref=A_log, **dt0) if t.out_acum else {}
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr, **sums),
@@ -807,3 +938,35 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
       num_warps=t.out_warps, num_stages=t.out_stages,
       name=f"m2v_chunk_out_{tag}")
   return passed["ssm_out_ref"], out["y_ref"], passed.get("carry_out_ref")
+
+
+def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out, carried,
+                launch, tag, fill, xr, dtr, dt0, z, A_log, D, ssm, y):
+  """`chunk_scan` with `ChunkTiles.fused_y`: the fused kernel, then the fill of the slots
+  that are not bodies (in the last segment, where any may have rows)."""
+  cfg, t = plan.cfg, plan.tiles
+  sds = jax.ShapeDtypeStruct
+  outputs = dict(passed_out, st_ref=None, y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype))
+  aliases = dict(carried, **({"y_in_ref": "y_ref"} if y is not None else {}))
+  out = launch(
+      _chunk_fused_kernel,
+      inputs=dict(passing, row_ref=slots.row0, len_ref=slots.rows, fill_ref=fill, xr_ref=xr,
+                  dtr_ref=dtr, alog_ref=A_log, d_ref=D, z_ref=z if plan.has_z else None,
+                  ssm_ref=ssm, y_in_ref=y, **dt0),
+      outputs=outputs, aliases=aliases,
+      grid=(cfg.headdim // plan.block_p, cfg.nheads, plan.S + 1), num_warps=t.state_warps,
+      num_stages=t.state_stages, name=f"m2v_chunk_fused_{tag}")
+  y = out["y_ref"]
+  host = all(isinstance(a, np.ndarray) for a in (slots.body, slots.rows))
+  fills = (seg.index == seg.count - 1 and
+           (not host or bool(np.any((slots.body == 0) & (slots.rows > 0)))))
+  if fills:
+    block = tiles_lib.pow2_divisor(cfg.d_inner, max(16, 16384 // plan.chunk))
+    y = backend.pallas_call(
+        lambda **refs: _fill_kernel(**refs, plan=plan, block=block),
+        inputs=dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
+                    body_ref=slots.body, fill_ref=fill, y_in_ref=y),
+        outputs=dict(y_ref=sds(y.shape, y.dtype)), aliases=dict(y_in_ref="y_ref"),
+        grid=(slots.seq.shape[0], cfg.d_inner // block), num_warps=4, num_stages=1,
+        interpret=plan.interpret, name=f"m2v_chunk_fill_{tag}")["y_ref"]
+  return out["ssm_out_ref"], y, out.get("carry_out_ref")

@@ -196,11 +196,16 @@ class ChunkTiles:
       store it; the output kernel loads it (its causal sum then starts from the C·stᵀ term
       instead of summing dt·A in every column block), and so does the fused pass (with
       fused_pass) for its decay weights.
+    fused_y: 1 has the fused pass (needs fused_pass) compute each chunk's y too, from the
+      state it carries, at `state_warps` and `state_stages`: no C·Bᵀ, starting-state or
+      output kernel (`chunk_scan._chunk_fused_kernel`); its y blocks take out_rows rows and
+      its causal sums out_cols columns (0: out_rows), and out_acum and the other out_*
+      fields go unused.
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
-      scratch_mb that is negative or not finite, fused_pass or out_acum not 0 or 1, out_cols
-      not 0 or a power of two up to out_rows.
+      scratch_mb that is negative or not finite, fused_pass, out_acum or fused_y not 0 or
+      1, fused_y without fused_pass, out_cols not 0 or a power of two up to out_rows.
   """
 
   chunk: int = 64
@@ -222,6 +227,7 @@ class ChunkTiles:
   scratch_mb: float = 100.0
   out_cols: int = 0
   out_acum: int = 0
+  fused_y: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -234,6 +240,10 @@ class ChunkTiles:
       raise ValueError(f"ChunkTiles.fused_pass: expected 0 or 1, got {self.fused_pass}")
     if self.out_acum not in (0, 1):
       raise ValueError(f"ChunkTiles.out_acum: expected 0 or 1, got {self.out_acum}")
+    if self.fused_y not in (0, 1):
+      raise ValueError(f"ChunkTiles.fused_y: expected 0 or 1, got {self.fused_y}")
+    if self.fused_y and not self.fused_pass:
+      raise ValueError("ChunkTiles.fused_y=1 needs fused_pass=1 (y comes from the fused pass)")
     if self.out_cols and (self.out_cols & (self.out_cols - 1) or self.out_cols > self.out_rows):
       raise ValueError(f"ChunkTiles.out_cols: expected 0 or a power of two up to out_rows "
                        f"({self.out_rows}), got {self.out_cols}")
@@ -272,18 +282,16 @@ _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
 _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
                                              block_p=64, fused_pass=1, state_stages=3,
-                                             out_cols=32, out_acum=1, out_stages=3,
-                                             out_warps=8)
+                                             state_warps=8, out_cols=64, out_acum=1,
+                                             out_stages=3, out_warps=8, fused_y=1)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks, chunk states and state passing fused (P tiles of
-    # 64: smaller ones redo the decay weights per tile), its loads three stages deep; output
-    # programs of a whole chunk in 8 warps, the causal sum over 32-column blocks, 3 stages,
-    # acum loaded (0.94x the time of 64-row programs at R=4096 and 2048, 1.00x at 512, H100,
-    # 2026-12-06: BENCHMARKS.md, "Session 45").
+    # Bolt, bf16 products: 128-row chunks, the whole scan in one kernel (`fused_y`: P tiles
+    # of 64, 8 warps, loads three stages deep, y in whole-chunk blocks, the causal sum in
+    # 64-column blocks).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,

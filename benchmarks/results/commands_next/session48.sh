@@ -1,0 +1,53 @@
+#!/bin/bash
+# Session 48's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session48.sh STAGE...
+# Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session48/README.md.
+#   f1: the whole scan in one kernel (`ChunkTiles.fused_y`, the table's): chunk_sweep B=1
+#       bf16 at R=512 and 4096, the table against the previous table (OLD) and variants of
+#       the fused kernel's blocks and stages; the prefill suite's chunked case; ncu of the
+#       fused kernel at R=512 and 4096.
+#   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
+#       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
+D=$(dirname "$0")
+. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests
+OLD=$TB                                                   # the table before fused_y
+NEW=${TB/out_cols=32/out_cols=64}:state_warps=8:fused_y=1  # the table's
+ncu_k() {  # ncu_k DIR NAME REGEX ROWS: ncu of the first launch matching REGEX, B=1 bf16 snapshot
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+    --kernel-name regex:$3 --launch-skip 0 --launch-count 1 --metrics \
+gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__bytes.sum,\
+sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
+launch__occupancy_limit_registers,smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_wait_per_warp_active.pct,\
+smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct \
+    python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=$4 \
+    --calls=1 > $1/ncu_$2.log 2>&1
+  echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -16
+}
+for s in "$@"; do
+  echo "== $s $(date -u +%H:%M:%S)"
+  case $s in
+  f1)
+    S=/tmp/s48_f1; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/f1.tgz -C /tmp s48_f1' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      T=150 sweep $S r512 512 "$OLD,$NEW:out_cols=128,${NEW/out_rows=128/out_rows=64},${NEW/state_stages=3/state_stages=2}"
+      T=200 sweep $S r4096 4096 "$OLD,$NEW:out_cols=128,${NEW/out_rows=128/out_rows=64}"
+      ser $S ser
+      ncu_k $S fused_r512 m2v_chunk_fused 512
+      ncu_k $S fused_r4096 m2v_chunk_fused 4096 )
+    ;;
+  f2)
+    S=/tmp/s48_f2; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/f2.tgz -C /tmp s48_f2' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      gpu_tests $S "prefill or packed or ragged or segment" ${F2_TEST_S:-200}
+      timeline $S 512
+      timeline $S 4096
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -20 $S/goal.txt )
+    ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
+echo "== end $(date -u +%H:%M:%S)"
