@@ -34,8 +34,8 @@ for s in "$@"; do
       nvidia-smi --query-gpu=name --format=csv,noheader
       T=150 sweep $S r512 512 "$OLD,$NEW:out_cols=128,${NEW/out_rows=128/out_rows=64},${NEW/state_stages=3/state_stages=2}"
       T=200 sweep $S r4096 4096 "$OLD,$NEW:out_cols=128,${NEW/out_rows=128/out_rows=64}"
-      ser $S ser
       ncu_k $S fused_r512 m2v_chunk_fused 512
+      ser $S ser
       ncu_k $S fused_r4096 m2v_chunk_fused 4096 )
     ;;
   f2)
