@@ -281,8 +281,8 @@ _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
 _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
-                                             block_p=64, fused_pass=1, state_stages=3,
-                                             state_warps=8, out_cols=64, out_acum=1,
+                                             block_p=64, fused_pass=1, state_stages=2,
+                                             state_warps=8, out_cols=128, out_acum=1,
                                              out_stages=3, out_warps=8, fused_y=1)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
@@ -290,8 +290,9 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
     # Bolt, bf16 products: 128-row chunks, the whole scan in one kernel (`fused_y`: P tiles
-    # of 64, 8 warps, loads three stages deep, y in whole-chunk blocks, the causal sum in
-    # 64-column blocks).
+    # of 64, 8 warps, loads two stages deep, the chunk's y and causal sum in one block: 160
+    # KB of shared memory; 64-column blocks take 247 KB at two stages, above the 227 KB an
+    # H100 or H200 block may have).
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,

@@ -3,14 +3,16 @@
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session48/README.md.
 #   f1: the whole scan in one kernel (`ChunkTiles.fused_y`, the table's): chunk_sweep B=1
 #       bf16 at R=512 and 4096, the table against the previous table (OLD) and variants of
-#       the fused kernel's blocks and stages; the prefill suite's chunked case; ncu of the
+#       the fused kernel's stages (3, 1) and blocks (64 columns, 64 rows; at one stage:
+#       more do not fit in shared memory); the prefill suite's chunked case; ncu of the
 #       fused kernel at R=512 and 4096.
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests
 OLD=$TB                                                   # the table before fused_y
-NEW=${TB/out_cols=32/out_cols=64}:state_warps=8:fused_y=1  # the table's
+NEW=$(echo $TB | sed 's/state_stages=3/state_stages=2/; s/out_cols=32/out_cols=128/'):state_warps=8:fused_y=1  # the table's
+S1=${NEW/state_stages=2/state_stages=1}
 ncu_k() {  # ncu_k DIR NAME REGEX ROWS: ncu of the first launch matching REGEX, B=1 bf16 snapshot
   PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
     --kernel-name regex:$3 --launch-skip 0 --launch-count 1 --metrics \
@@ -32,8 +34,8 @@ for s in "$@"; do
     S=/tmp/s48_f1; rm -rf $S; mkdir -p $S
     ( trap 'tar czf ${OUT:-/tmp/out}/f1.tgz -C /tmp s48_f1' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
-      T=150 sweep $S r512 512 "$OLD,$NEW:out_cols=128,${NEW/out_rows=128/out_rows=64},${NEW/state_stages=3/state_stages=2}"
-      T=200 sweep $S r4096 4096 "$OLD,$NEW:out_cols=128,${NEW/out_rows=128/out_rows=64}"
+      T=170 sweep $S r512 512 "$OLD,${NEW/state_stages=2/state_stages=3},$S1,${S1/out_cols=128/out_cols=64},$(echo $S1 | sed 's/out_rows=128/out_rows=64/; s/out_cols=128/out_cols=64/')"
+      T=200 sweep $S r4096 4096 "$OLD,${NEW/state_stages=2/state_stages=3},$S1"
       ncu_k $S fused_r512 m2v_chunk_fused 512
       ser $S ser
       ncu_k $S fused_r4096 m2v_chunk_fused 4096 )
