@@ -6,6 +6,7 @@
 #       the fused kernel's stages (3, 1) and blocks (64 columns, 64 rows; at one stage:
 #       more do not fit in shared memory); the prefill suite's chunked case; ncu of the
 #       fused kernel at R=512 and 4096.
+#   t1: the compiled tests of the prefill paths (T1_TEST_S seconds, default 150).
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
 D=$(dirname "$0")
@@ -39,6 +40,11 @@ for s in "$@"; do
       ncu_k $S fused_r512 m2v_chunk_fused 512
       ser $S ser
       ncu_k $S fused_r4096 m2v_chunk_fused 4096 )
+    ;;
+  t1)
+    S=/tmp/s48_t1; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/t1.tgz -C /tmp s48_t1' EXIT
+      gpu_tests $S "prefill or packed or ragged or segment" ${T1_TEST_S:-150} )
     ;;
   f2)
     S=/tmp/s48_f2; rm -rf $S; mkdir -p $S
