@@ -281,7 +281,7 @@ _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
 _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
-                                             block_p=64, fused_pass=1, state_stages=2,
+                                             block_p=64, fused_pass=1, state_stages=1,
                                              state_warps=8, out_cols=128, out_acum=1,
                                              out_stages=3, out_warps=8, fused_y=1)
 
@@ -290,9 +290,10 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
     # Bolt, bf16 products: 128-row chunks, the whole scan in one kernel (`fused_y`: P tiles
-    # of 64, 8 warps, loads two stages deep, the chunk's y and causal sum in one block: 160
-    # KB of shared memory; 64-column blocks take 247 KB at two stages, above the 227 KB an
-    # H100 or H200 block may have).
+    # of 64, 8 warps, the chunk's y and causal sum in one block, one stage: 0.98x the time
+    # of two or three stages at R=512, 0.99x at 4096; 64-column blocks 1.01x, 64-row blocks
+    # 1.50x; H100, 2026-12-07: BENCHMARKS.md, "Session 48"). Three stages of 64-column
+    # blocks would need 362 KB of shared memory, above the 227 KB a block may have.
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes.
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
