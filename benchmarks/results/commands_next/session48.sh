@@ -6,9 +6,10 @@
 #       the fused kernel's stages (3, 1) and blocks (64 columns, 64 rows; at one stage:
 #       more do not fit in shared memory); the prefill suite's chunked case; ncu of the
 #       fused kernel at R=512 and 4096.
-#   f3: the table at one stage (call 2's best) against OLD and P tiles of 32 (twice the
-#       programs; 8 warps: 239 registers offline, no spills), B=1 and B=8 at R=512; ncu of
-#       the fused kernel; issue 22's figures (`session44.sh goal`: R=37, 512, 4096, ragged).
+#   f3: the table at one stage (call 2's best) against OLD at B=8, R=512; issue 22's
+#       figures (`session44.sh goal`: R=37, 512, 4096, ragged); with F3_MORE set, B=1 at
+#       R=512 against OLD and P tiles of 32 (twice the programs; 8 warps: 239 registers
+#       offline, no spills) and ncu of the fused kernel.
 #   t1: the compiled tests of the prefill paths (T1_TEST_S seconds, default 150).
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
@@ -49,10 +50,11 @@ for s in "$@"; do
     ( trap 'tar czf ${OUT:-/tmp/out}/f3.tgz -C /tmp s48_f3' EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
       N1=${NEW/state_stages=2/state_stages=1}            # the table's since call 2
+      BATCH=8 T=150 sweep $S b8_r512 512 "$OLD"
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -24 $S/goal.txt
+      [ -n "$F3_MORE" ] || exit 0
       T=150 sweep $S r512 512 "$OLD,$(echo $N1 | sed 's/block_p=64/block_p=32/; s/out_cols=128/out_cols=32/')"
-      BATCH=8 T=200 sweep $S b8_r512 512 "$OLD"
-      ncu_k $S fused_r512 m2v_chunk_fused 512
-      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -24 $S/goal.txt )
+      ncu_k $S fused_r512 m2v_chunk_fused 512 )
     ;;
   t1)
     S=/tmp/s48_t1; rm -rf $S; mkdir -p $S
