@@ -177,12 +177,15 @@ class PackedChecks:
 
   @pytest.mark.parametrize("mode,fused,n,act,acum", matrix([
       ("snapshot", 1, 10, jnp.float32, 0), ("compact", 0, 3, jnp.bfloat16, 1),
-      ("compact", 1, 5, jnp.float32, 1), ("snapshot", 0, 2, jnp.bfloat16, 0)], keep={0, 1, 2}))
+      ("compact", 1, 5, jnp.float32, 1), ("snapshot", 0, 2, jnp.bfloat16, 0),
+      ("snapshot", 2, 4, jnp.bfloat16, 0), ("compact", 2, 3, jnp.float32, 0)],
+      keep={0, 1, 2, 4, 5}))
   def test_segments_equal_one_scan(self, mode, fused, n, act, acum):
     """Body slots scanned in n segments against one scan, bitwise: y and every
     entry of a bfloat16 pool (the states carried between segments stay float32), bodies
     crossing segments, a gate, a padding entry and a rejected prompt, with either pass
-    kernel, float32 or bfloat16 activations, the output kernel's decay summed in it or
+    kernel or the whole scan in one (`fused` 2: `fused_y`, its fill kernel in the last
+    segment), float32 or bfloat16 activations, the output kernel's decay summed in it or
     loaded (`out_acum`: computed per segment)."""
     cfg = small_cfg(mode=mode, headdim=16)
     p = m.random_params(cfg, 8)
@@ -195,7 +198,8 @@ class PackedChecks:
     rows = np.array([1, 0, 9, 0, 0], np.int32)   # 9: prompt 2 rejected on the device
     state = random_state(cfg, E, act, rng=rng)
     state = state._replace(ssm=state.ssm.astype(jnp.bfloat16))
-    one_scan = m.ChunkTiles(chunk=16, fused_pass=fused, scratch_mb=0, out_acum=acum)
+    one_scan = m.ChunkTiles(chunk=16, fused_pass=min(fused, 1), fused_y=int(fused == 2),
+                            scratch_mb=0, out_acum=acum)
     tiles = self.segmented(cfg, self.backend, state, xbc.shape[0], S, act, one_scan, n)
     before = copy_state(state)
     run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu), z=z,

@@ -5,7 +5,8 @@
 - `num_rows` below R, and the gate z;
 - a compact fold (`committed_state`), a serial prefill (R = 37) and chunked prefills (R = 200,
   whose padded body reaches past the call's rows) at Bolt's bf16 tiles, with chunk states and
-  state passing as two kernels and fused (`ChunkTiles.fused_pass`);
+  state passing as two kernels, fused (`ChunkTiles.fused_pass`), and the whole scan in one
+  kernel (`ChunkTiles.fused_y`);
 - packed prefills (`prefill_packed`) of three prompts, once with device offsets that reject
   one (an empty prompt).
 
@@ -66,10 +67,9 @@ def run(mode: str, geometry: str) -> None:
   # 3. the committed state (a compact fold), then a serial and a chunked prefill with padding
   ssm, _ = m.committed_state(cfg, p, state, i32([2, 0]), cache_indices=i32([0, 4]))
   assert np.all(np.isfinite(np.asarray(ssm)))
-  bolt = m.chunk_tile_config(m.BOLT, "bf16")     # Bolt's bf16 tiles, both scan forms
-  forms = [dataclasses.replace(bolt, fused_pass=f) for f in (0, 1)]
-  for R, chunked, chunk_tiles in ((37, False, None), (200, True, forms[0]),
-                                  (200, True, forms[1])):
+  bolt = m.chunk_tile_config(m.BOLT, "bf16")     # Bolt's bf16 tiles, the three scan forms
+  forms = [dataclasses.replace(bolt, fused_pass=p, fused_y=y) for p, y in ((0, 0), (1, 0), (1, 1))]
+  for R, chunked, chunk_tiles in ((37, False, None), *((200, True, f) for f in forms)):
     xbc, dt, z = inputs(R)
     y, state = m.prefill(cfg, p, state, xbc, dt, i32([0, 0, 0, 0]), z=z,
                          cache_indices=i32([4, -1, 5, 1]), chunked=chunked,
