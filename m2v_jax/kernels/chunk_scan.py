@@ -593,7 +593,6 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
   def _run():
     st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
     a_h, d_h, last = -jnp.exp(alog_ref[h]), d_ref[h], first + count - 1
-
     col = lax.broadcasted_iota(jnp.int32, (L,), 0)
 
     def rows_from(i, k0, n, whole):

@@ -281,9 +281,8 @@ _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
 _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
-                                             block_p=64, fused_pass=1, state_stages=1,
-                                             state_warps=8, out_cols=128, out_acum=1,
-                                             out_stages=3, out_warps=8, fused_y=1)
+                                             out_cols=128, block_p=64, fused_pass=1,
+                                             fused_y=1, state_stages=1, state_warps=8)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
