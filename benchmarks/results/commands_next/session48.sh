@@ -10,6 +10,11 @@
 #       figures (`session44.sh goal`: R=37, 512, 4096, ragged); with F3_MORE set, B=1 at
 #       R=512 against OLD and P tiles of 32 (twice the programs; 8 warps: 239 registers
 #       offline, no spills) and ncu of the fused kernel.
+#   x2: `fused_exp2.patch` (the fused kernel's weights as one ex2.approx of a_t - b_s,
+#       log2(dt) folded into b): the prefill suite's chunked case with it, then B=8 at
+#       R=512 (the table with it against OLD), the prefill suite without it, and the
+#       compiled prefill tests with it (X2_TEST_S seconds, default 80). Leaves the tree as
+#       it found it.
 #   t1: the compiled tests of the prefill paths (T1_TEST_S seconds, default 150).
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
@@ -32,6 +37,10 @@ smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct \
     --calls=1 > $1/ncu_$2.log 2>&1
   echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -16
 }
+P=()          # the patches a stage has applied, in order
+on() { patch -p1 < $1 > /dev/null && P+=("$1"); }
+off() { patch -p1 -R < $1 > /dev/null && unset 'P[${#P[@]}-1]'; }
+undo() { local i; for ((i=${#P[@]}-1; i>=0; i--)); do patch -p1 -R < "${P[i]}" > /dev/null; done; P=(); }
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
@@ -55,6 +64,18 @@ for s in "$@"; do
       [ -n "$F3_MORE" ] || exit 0
       T=150 sweep $S r512 512 "$OLD,$(echo $N1 | sed 's/block_p=64/block_p=32/; s/out_cols=128/out_cols=32/')"
       ncu_k $S fused_r512 m2v_chunk_fused 512 )
+    ;;
+  x2)
+    S=/tmp/s48_x2; rm -rf $S; mkdir -p $S
+    ( trap 'undo; tar czf ${OUT:-/tmp/out}/x2.tgz -C /tmp s48_x2' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      on $D/fused_exp2.patch || exit 1
+      ser $S new
+      BATCH=8 T=120 sweep $S b8_r512 512 "$OLD"
+      off $D/fused_exp2.patch || exit 1
+      ser $S old
+      on $D/fused_exp2.patch || exit 1
+      gpu_tests $S "prefill and (chunk or packed or segment or tiles)" ${X2_TEST_S:-80} )
     ;;
   t1)
     S=/tmp/s48_t1; rm -rf $S; mkdir -p $S
