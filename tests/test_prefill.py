@@ -19,9 +19,13 @@ from tests.helpers import (FULL_MATRIX, matrix, assert_bitwise, assert_close,
                            small_cfg)
 
 
-def test_chunk_out_fills_rows_of_sequences_not_run():
-  """The output kernel writes each sequence's `fill` into the body rows of a sequence it does
-  not run and into its rows past n (the op passes NaN or zero), and zeros past the sequences;
+@pytest.mark.parametrize("tiles", [
+    m.ChunkTiles(chunk=16), m.ChunkTiles(chunk=16, fused_pass=1, fused_y=1),
+    m.ChunkTiles(chunk=16, out_rows=8, fused_pass=1, fused_y=1)])
+def test_chunk_out_fills_rows_of_sequences_not_run(tiles):
+  """The output kernel (with `fused_y`: the fused kernel, in one or two row blocks, and the
+  fill kernel) writes each sequence's `fill` into the body rows of a sequence it does not
+  run and into its rows past n (the op passes NaN or zero), and zeros past the sequences;
   it leaves the verify tails' rows alone. Checked with 7.0: interpret mode leaves unwritten
   outputs NaN, so the op-level NaN check alone could not fail there."""
   cfg = small_cfg()
@@ -29,7 +33,7 @@ def test_chunk_out_fills_rows_of_sequences_not_run():
   # Sequence 0 runs: 40 rows, 45 reserved; sequence 1 does not: 30 rows; 9 trailing rows.
   n, T = np.array([40, 30]), 84
   plan = pk.ChunkPlan(cfg=cfg, T=T, S=2, E=2, has_z=False, y_dtype=jnp.float32,
-                      tiles=m.ChunkTiles(chunk=L), interpret=True, max_body=40)
+                      tiles=tiles, interpret=True, max_body=40)
   rb = np.maximum(n - cap, 0)
   i32 = lambda a: jnp.asarray(a, jnp.int32)
   slots = pk.slot_table(plan, i32([0, 45, 75]), i32([40, 30, 0]), i32([45, 30, 9]),

@@ -283,6 +283,10 @@ _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
 _BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
                                              out_cols=128, block_p=64, fused_pass=1,
                                              fused_y=1, state_stages=1, state_warps=8)
+# Bolt's bf16 entry before fused_y: the fused pass, then the output kernel in whole chunks.
+_BOLT_CHUNK_TILES_BF16_KERNELS = dataclasses.replace(
+    _BOLT_CHUNK_TILES, chunk=128, out_rows=128, block_p=64, fused_pass=1, state_stages=3,
+    out_cols=32, out_acum=1, out_stages=3, out_warps=8)
 
 # ChunkTiles by (nheads, headdim, dstate, bf16 products).
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
@@ -291,12 +295,13 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, bf16 products: 128-row chunks, the whole scan in one kernel (`fused_y`: P tiles
     # of 64, 8 warps, the chunk's y and causal sum in one block, one stage: 0.98x the time
     # of two or three stages at R=512, 0.99x at 4096; 64-column blocks 1.01x, 64-row blocks
-    # 1.50x; H100, 2026-12-07: BENCHMARKS.md, "Session 48"). Three stages of 64-column
+    # 1.52x; H100, 2026-12-07: BENCHMARKS.md, "Session 48"). Three stages of 64-column
     # blocks would need 362 KB of shared memory, above the 227 KB a block may have.
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
-    # Bolt split over 2 devices: the same per-group shapes.
+    # Bolt split over 2 devices: the same per-group shapes; at bf16 the three kernels (not
+    # timed with fused_y, whose 64 programs a sequence would leave half the SMs idle at B=1).
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
-    (64, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
+    (64, 64, 128, True): _BOLT_CHUNK_TILES_BF16_KERNELS,
 }
 
 

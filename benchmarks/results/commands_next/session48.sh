@@ -15,6 +15,7 @@
 #       R=512 (the table with it against OLD), the prefill suite without it, and the
 #       compiled prefill tests with it (X2_TEST_S seconds, default 80). Leaves the tree as
 #       it found it.
+#   x3: x2's first and third parts only (the prefill suite with and without the patch).
 #   t1: the compiled tests of the prefill paths (T1_TEST_S seconds, default 150).
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
@@ -76,6 +77,15 @@ for s in "$@"; do
       ser $S old
       on $D/fused_exp2.patch || exit 1
       gpu_tests $S "prefill and (chunk or packed or segment or tiles)" ${X2_TEST_S:-80} )
+    ;;
+  x3)
+    S=/tmp/s48_x3; rm -rf $S; mkdir -p $S
+    ( trap 'undo; tar czf ${OUT:-/tmp/out}/x3.tgz -C /tmp s48_x3' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      on $D/fused_exp2.patch || exit 1
+      ser $S new
+      off $D/fused_exp2.patch || exit 1
+      ser $S old )
     ;;
   t1)
     S=/tmp/s48_t1; rm -rf $S; mkdir -p $S
