@@ -1,6 +1,6 @@
 # Helpers of the session scripts here (sourced): the output folder and the functions below.
 O=${OUT:-/tmp/out}; mkdir -p $O
-# Bolt's bf16 table entry as a ChunkTiles text (each field at most once: edit a field it has, append one it lacks).
+# Bolt's bf16 table entry before session 48 (fused_y) as a ChunkTiles text (each field at most once: edit a field it has, append one it lacks).
 TB=chunk=128:block_p=64:state_heads=16:state_stages=3:fused_pass=1:out_rows=128:out_cols=32:out_acum=1:out_stages=3:out_warps=8
 run() {  # run FOLDER VAR=VALUE...: tools/run_gpu.sh with those settings, its output in FOLDER
   local dir=$O/$1; shift
@@ -17,7 +17,7 @@ sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, th
   echo "$2"; grep -hE "^\| c|rror" $1/$2.log | sed "s/block_p=64 num_warps.*state_stages=3//" \
     | cut -c1-230
 }
-ncu_out() {  # ncu_out DIR NAME: ncu of the first output launch, B=1 bf16 snapshot R=512
+ncu_out() {  # ncu_out DIR NAME: ncu of the first output launch, B=1 bf16 snapshot R=512 (none with fused_y)
   PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
     --kernel-name regex:m2v_chunk_out --launch-skip 0 --launch-count 1 --metrics \
 gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__bytes.sum,\
