@@ -114,10 +114,14 @@ class PackedChecks:
       assert_bitwise(ys, yc, f"y of verify {step}")
       rows = np.array([2, 7, 0], np.int32)
 
-  @pytest.mark.parametrize("mode", matrix(["snapshot", "compact"], keep={0}))
-  def test_packed_rejects_on_the_device(self, mode):
+  @pytest.mark.parametrize("mode,tiles", matrix(
+      [("snapshot", TILES), ("compact", TILES),
+       ("snapshot", m.ChunkTiles(chunk=16, fused_pass=1, fused_y=1))], keep={0, 2}))
+  def test_packed_rejects_on_the_device(self, mode, tiles):
     """Under jit with device offsets: a padding entry gives zeros, a bad state_row and an
-    empty prompt are rejected (NaN y, entry untouched), the others match the reference."""
+    empty prompt are rejected (NaN y, entry untouched), the others match the reference;
+    with the three kernels or the whole scan in one (`fused_y`, whose programs fill the
+    rejected prompt's body rows and whose fill kernel the rest)."""
     cfg = small_cfg(mode=mode, headdim=16)
     p = m.random_params(cfg, 7)
     rng = np.random.default_rng(7)
@@ -131,7 +135,7 @@ class PackedChecks:
     before = copy_state(state)
     step = jax.jit(lambda st, x, d, cu, r, i: m.prefill_packed(
         cfg, p, st, x, d, cu, state_row=r, cache_indices=i, backend=self.backend,
-        chunk_tiles=TILES))
+        chunk_tiles=tiles))
     y, got = step(state, xbc, dt, jnp.asarray(cu), jnp.asarray(rows), jnp.asarray(idx))
     y = np.asarray(y)
     assert np.all(y[cu[1]:cu[2]] == 0.0), "padding entry"
