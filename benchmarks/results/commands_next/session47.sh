@@ -22,11 +22,7 @@
 #   p1: stream_probe.py (two independent kernels, the second in a compute_on region),
 #       as is and with XLA's latency-hiding scheduler asked for.
 D=$(dirname "$0")
-. $D/lib.sh   # TB, ser, timeline, sweep, ab, gpu_tests
-P=()          # the patches a stage has applied, in order
-on() { patch -p1 < $1 > /dev/null && P+=("$1"); }
-off() { patch -p1 -R < $1 > /dev/null && unset 'P[${#P[@]}-1]'; }
-undo() { local i; for ((i=${#P[@]}-1; i>=0; i--)); do patch -p1 -R < "${P[i]}" > /dev/null; done; P=(); }
+. $D/lib.sh   # TB, ser, timeline, sweep, ab, gpu_tests, on, off, undo
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in

@@ -20,7 +20,7 @@
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
 D=$(dirname "$0")
-. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests
+. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo
 OLD=$TB                                                   # the table before fused_y
 NEW=$(echo $TB | sed 's/state_stages=3/state_stages=2/; s/out_cols=32/out_cols=128/'):state_warps=8:fused_y=1  # the table's
 S1=${NEW/state_stages=2/state_stages=1}
@@ -38,10 +38,6 @@ smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct \
     --calls=1 > $1/ncu_$2.log 2>&1
   echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -16
 }
-P=()          # the patches a stage has applied, in order
-on() { patch -p1 < $1 > /dev/null && P+=("$1"); }
-off() { patch -p1 -R < $1 > /dev/null && unset 'P[${#P[@]}-1]'; }
-undo() { local i; for ((i=${#P[@]}-1; i>=0; i--)); do patch -p1 -R < "${P[i]}" > /dev/null; done; P=(); }
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
@@ -66,26 +62,18 @@ for s in "$@"; do
       T=150 sweep $S r512 512 "$OLD,$(echo $N1 | sed 's/block_p=64/block_p=32/; s/out_cols=128/out_cols=32/')"
       ncu_k $S fused_r512 m2v_chunk_fused 512 )
     ;;
-  x2)
-    S=/tmp/s48_x2; rm -rf $S; mkdir -p $S
-    ( trap 'undo; tar czf ${OUT:-/tmp/out}/x2.tgz -C /tmp s48_x2' EXIT
+  x2|x3)
+    S=/tmp/s48_$s; rm -rf $S; mkdir -p $S
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/$s.tgz -C /tmp s48_$s" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader
       on $D/fused_exp2.patch || exit 1
       ser $S new
-      BATCH=8 T=120 sweep $S b8_r512 512 "$OLD"
+      [ $s = x3 ] || BATCH=8 T=120 sweep $S b8_r512 512 "$OLD"
       off $D/fused_exp2.patch || exit 1
       ser $S old
+      [ $s = x3 ] && exit 0
       on $D/fused_exp2.patch || exit 1
       gpu_tests $S "prefill and (chunk or packed or segment or tiles)" ${X2_TEST_S:-80} )
-    ;;
-  x3)
-    S=/tmp/s48_x3; rm -rf $S; mkdir -p $S
-    ( trap 'undo; tar czf ${OUT:-/tmp/out}/x3.tgz -C /tmp s48_x3' EXIT
-      nvidia-smi --query-gpu=name --format=csv,noheader
-      on $D/fused_exp2.patch || exit 1
-      ser $S new
-      off $D/fused_exp2.patch || exit 1
-      ser $S old )
     ;;
   t1)
     S=/tmp/s48_t1; rm -rf $S; mkdir -p $S
