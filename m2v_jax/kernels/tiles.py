@@ -294,10 +294,10 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
     # Bolt, bf16 products: 128-row chunks, the whole scan in one kernel (`fused_y`: 0.96x
     # the time of the entry before it at R=512 and 4096; P tiles of 64, 8 warps, the
-    # chunk's y and causal sum in one block, one stage: 0.98x the time
-    # of two or three stages at R=512, 0.99x at 4096; 64-column blocks 1.01x, 64-row blocks
-    # 1.52x; H100, 2026-12-07: BENCHMARKS.md, "Session 48"). Three stages of 64-column
-    # blocks would need 362 KB of shared memory, above the 227 KB a block may have.
+    # chunk's y and causal sum in one block, one stage: 0.98x the time of two or three
+    # stages at R=512, 0.99x at 4096; 64-column blocks 1.01x, 64-row blocks 1.52x; H100,
+    # 2026-12-07: BENCHMARKS.md, "Session 48"). Three stages of 64-column blocks would need
+    # 362 KB of shared memory, above the 227 KB a block may have.
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes; at bf16 the three kernels (not
     # timed with fused_y, whose 64 programs a sequence would leave half the SMs idle at B=1).
