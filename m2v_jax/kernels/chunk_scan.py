@@ -420,6 +420,17 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
       acr_ref[hs, pl.ds(i * L, L)] = acum.T
 
 
+def _store_block(plan: ChunkPlan, y_ref, out_rows, cols, y, lv, full) -> None:
+  """Stores y [BM, BP] at y_ref[out_rows, cols]: unmasked where `full` (every row of the
+  block is the slot's), else the rows where lv [BM, 1]; always masked where y has fewer
+  than BM rows."""
+  if plan.T < y.shape[0]:                          # no whole block fits in y
+    backend.store(y_ref.at[out_rows, cols], y, lv)
+    return
+  pl.when(full)(lambda: y_ref.__setitem__((out_rows, cols), y))
+  pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, cols], y, lv))
+
+
 def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0):
   """Slot i's x [L, BP] (activation dtype) and dt [L] of head h."""
   P, L = plan.cfg.headdim, plan.chunk
@@ -581,13 +592,8 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
 
   def store_rows(i, r0, y):
     """y [BM, BP] into rows r0 .. of slot i: whole where the slot has them all, else masked."""
-    out_rows, lv = pl.ds(row_ref[i] + r0, BM), r0 + t_idx < len_ref[i]
-    if plan.T < BM:                                 # no whole block fits in y
-      backend.store(y_ref.at[out_rows, xcols], y, lv)
-      return
-    full = len_ref[i] >= r0 + BM
-    pl.when(full)(lambda: y_ref.__setitem__((out_rows, xcols), y))
-    pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, xcols], y, lv))
+    _store_block(plan, y_ref, pl.ds(row_ref[i] + r0, BM), xcols, y, r0 + t_idx < len_ref[i],
+                 len_ref[i] >= r0 + BM)
 
   @pl.when(runs & (count > 0))
   def _run():
@@ -632,8 +638,7 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
     def chunk(c, carry):               # the next slot's x and dt loaded before this one's work
       st, x, dtv = carry
       i = first + c
-      nxt = jnp.minimum(i + 1, last)
-      ahead = (xr_ref[pl.ds(nxt * L, L), xcols], dtr_ref[pl.ds(dt0 + nxt * L, L), h])
+      ahead = _slot_rows(plan, xr_ref, dtr_ref, jnp.minimum(i + 1, last), h, pid_p, BP, dt0)
       bm = xr_ref[pl.ds(i * L, L), bcols]                                 # [L, N]
       acum, acum_l = _log_decay(dtv, a_h, L)
       for m in range(L // BM):
@@ -641,7 +646,7 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
       own, dec = _own_from(plan, x, dtv, a_h, bm, (acum, acum_l))
       return (dec * st + own,) + ahead
 
-    ahead = (xr_ref[pl.ds(first * L, L), xcols], dtr_ref[pl.ds(dt0 + first * L, L), h])
+    ahead = _slot_rows(plan, xr_ref, dtr_ref, first, h, pid_p, BP, dt0)
     st = lax.fori_loop(0, count, chunk, (st,) + ahead)[0]
     _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
 
@@ -807,13 +812,8 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
         y = d_ref[h] * xr_ref[rows, xcols].astype(f32) + loaded_sum(h, xcols)
       if plan.has_z:
         y = rowmath.gate(y, backend.load(z_ref.at[out_rows, xcols], lv).astype(f32))
-      y = y.astype(y_ref.dtype)
-      if plan.T < BM:                               # no whole block fits in y
-        backend.store(y_ref.at[out_rows, xcols], y, lv)
-        return carry
-      full = len_ref[i] >= r0 + BM                  # a whole block: no mask
-      pl.when(full)(lambda: y_ref.__setitem__((out_rows, xcols), y))
-      pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, xcols], y, lv))
+      _store_block(plan, y_ref, out_rows, xcols, y.astype(y_ref.dtype), lv,
+                   len_ref[i] >= r0 + BM)
       return carry
 
     _for_heads(NH, head)
