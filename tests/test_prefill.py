@@ -357,6 +357,43 @@ class PrefillChecks:
     assert_close(y[..., :P], y_ref[..., :P], 1e-5, "y of head 0")
     assert_states_close(got, want, 1e-5)
 
+  @pytest.mark.parametrize("extreme", matrix([False, True], keep={0, 1}))
+  def test_fused_y_bf16_weights(self, monkeypatch, extreme):
+    """`fused_y` at "bf16" products (bfloat16 activations) weighs each causal entry with one
+    exp2 of a_t - b_s, log2(dt) inside b (zero dt past a slot's rows: zero weights), in
+    16-row blocks with 16-column sums and in whole 32-row chunks: y and the states within
+    the bf16 bounds of the reference and of the output kernel (fused_y=0, exp(min(acum_t -
+    acum_s, 0)) dt). `extreme`: head 0's A = -1e4 with dt near 2 (every weight past the
+    diagonal underflows), head 1's A = -1e-3."""
+    monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
+    cfg = small_cfg(headdim=16)
+    p = m.random_params(cfg, 29)
+    if extreme:
+      p = p._replace(A_log=p.A_log.at[0].set(np.log(1e4)).at[1].set(np.log(1e-3)),
+                     dt_bias=p.dt_bias.at[0].set(2.0))
+    rng = np.random.default_rng(29)
+    B, R = 2, 83                                      # bodies of 75 and 70 rows: a partial slot
+    state = random_state(cfg, B, rng=rng)
+    start = copy_state(state)
+    xbc, dt, z = inputs(cfg, B, R, jnp.bfloat16, rng=rng, z=True)
+    rows = np.array([0, 5], np.int32)
+    ref_state = type(state)(*map(jnp.asarray, start))
+    y_ref, want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
+    st_bound, y_bound = PRECISION_BOUND["bf16"]
+    for tiles in (m.ChunkTiles(chunk=32, out_rows=16, out_cols=16, fused_pass=1, fused_y=1),
+                  m.ChunkTiles(chunk=32, out_rows=32, out_cols=32, fused_pass=1, fused_y=1)):
+      got = {}
+      for fused_y in (1, 0):
+        got[fused_y] = m.prefill(cfg, p, type(state)(*map(jnp.asarray, start)), xbc, dt, rows,
+                                 z=z, backend=self.backend, chunked=True,
+                                 chunk_tiles=dataclasses.replace(tiles, fused_y=fused_y))
+      (y, new), (y0, old) = got[1], got[0]
+      f = lambda a: jnp.asarray(a, jnp.float32)
+      assert_close(f(y), f(y_ref), y_bound, f"y, {tiles.out_rows}-row blocks")
+      assert_close(new.ssm, want.ssm, st_bound, f"ssm, {tiles.out_rows}-row blocks")
+      assert_close(f(y), f(y0), y_bound, f"y against the output kernel's, {tiles.out_rows}")
+      assert_close(new.ssm, old.ssm, 1e-6, "ssm against the fused pass and output kernel")
+
   @pytest.mark.parametrize("ngroups,nheads,tiles,heads", [
       (2, 4, m.ChunkTiles(chunk=16, block_p=4, local_block_p=16, state_heads=2,
                           state_stages=2, out_heads=2, out_stages=2), (2, 2)),

@@ -125,6 +125,17 @@ def fma(interpret: bool):
   return fused
 
 
+def _ptx_f32(asm: str):
+  """v -> float32 `asm` of each element of v (`$1` in, `$0` out), one inline PTX sequence."""
+  def fast(v):
+    v = jnp.asarray(v, jnp.float32)
+    return plt.elementwise_inline_asm(
+        asm, args=[v], constraints="=f,f", pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(v.shape, jnp.float32)])[0]
+
+  return fast
+
+
 def silu(interpret: bool, approx: bool):
   """silu for kernels: `rowmath.silu`, or compiled with `approx` one inline PTX sequence,
   v * rcp.approx(1 + ex2.approx(-v log2 e)) (within a few float32 ulps; for results stored in
@@ -132,16 +143,19 @@ def silu(interpret: bool, approx: bool):
   """
   if interpret or not approx:
     return rowmath.silu
+  return _ptx_f32("{ .reg .f32 t; mul.f32 t, $1, 0fBFB8AA3B; ex2.approx.ftz.f32 t, t; "
+                  "add.f32 t, t, 0f3F800000; rcp.approx.ftz.f32 t, t; mul.f32 $0, $1, t; }")
 
-  def fast(v):
-    v = jnp.asarray(v, jnp.float32)
-    return plt.elementwise_inline_asm(
-        "{ .reg .f32 t; mul.f32 t, $1, 0fBFB8AA3B; ex2.approx.ftz.f32 t, t; "
-        "add.f32 t, t, 0f3F800000; rcp.approx.ftz.f32 t, t; mul.f32 $0, $1, t; }",
-        args=[v], constraints="=f,f", pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(v.shape, jnp.float32)])[0]
 
-  return fast
+def exp2(interpret: bool):
+  """2^v: `jnp.exp2` interpreted, compiled PTX ex2.approx.ftz (2 ulp; results below 2^-126
+  flush to 0; -inf gives 0)."""
+  return jnp.exp2 if interpret else _ptx_f32("ex2.approx.ftz.f32 $0, $1;")
+
+
+def log2(interpret: bool):
+  """log2(v): `jnp.log2` interpreted, compiled PTX lg2.approx.ftz (0 gives -inf)."""
+  return jnp.log2 if interpret else _ptx_f32("lg2.approx.ftz.f32 $0, $1;")
 
 
 # Compiled dot algorithms of the chunked prefill's precisions (docs/design.md, "Prefill precision").

@@ -19,6 +19,7 @@ from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
+LOG2E = float(np.log2(np.e))
 
 # Bodies of up to this many rows get chunks of at most this many (`ChunkPlan.chunk`).
 SHORT_BODY_CHUNK = 64
@@ -613,6 +614,17 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
       before = jnp.sum(jnp.where(col < k0, dtv * a_h, 0.0)) if k0 else 0.0
       return xr_ref[rows, xcols], dtk, before + jnp.cumsum(dtk * a_h)
 
+    exp2, log2 = backend.exp2(plan.interpret), backend.log2(plan.interpret)
+    fast = plan.precision == config_lib.BF16
+
+    def weights(a_r, acum_r, acum_k, dt_k):
+      """[BM, BK] dt_s exp(acum_t - acum_s) (t's rows, s's columns, not yet masked): at
+      "bf16" products one exp2, 2^(a_t - b_s) with a = acum log2(e) and b = a - log2(dt)
+      (dt = 0: b = inf, a zero weight), else exp of min(acum_t - acum_s, 0)."""
+      if fast:
+        return exp2(a_r[:, None] - (acum_k * LOG2E - log2(dt_k))[None, :])
+      return jnp.exp(jnp.minimum(acum_r[:, None] - acum_k[None, :], 0.0)) * dt_k[None, :]
+
     def y_block(i, m, st, whole):
       """y of rows m*BM .. of slot i: D x + exp(acum) C stᵀ + (C Bᵀ ∘ decay ∘ dt) x, the
       causal sum over blocks of BK columns up to the block's last row."""
@@ -620,13 +632,13 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
       x_r, _, acum_r = rows_from(i, r0, BM, whole)
       cm = xr_ref[pl.ds(i * L + r0, BM), ccols]                          # [BM, N]
       acc = jnp.exp(acum_r)[:, None] * plan.dot(cm, st, "b", trans_b=True)  # [BM, BP]
+      a_r = acum_r * LOG2E
       for k in range(-(-(r0 + BM) // BK)):
         k0 = k * BK
         x_k, dt_k, acum_k = rows_from(i, k0, BK, whole)
         bm_k = xr_ref[pl.ds(i * L + k0, BK), bcols]                       # [BK, N]
         causal = r0 + t_idx >= k0 + lax.broadcasted_iota(jnp.int32, (BM, BK), 1)
-        decay = jnp.exp(jnp.minimum(acum_r[:, None] - acum_k[None, :], 0.0))
-        w = jnp.where(causal, decay * dt_k[None, :], 0.0)                 # [BM, BK]
+        w = jnp.where(causal, weights(a_r, acum_r, acum_k, dt_k), 0.0)    # [BM, BK]
         acc = acc + plan.dot(plan.dot(cm, bm_k, "", trans_b=True) * w, x_k, "a")
       y = d_h * x_r.astype(f32) + acc
       if plan.has_z:
