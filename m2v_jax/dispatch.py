@@ -255,7 +255,6 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     start = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, start]
     tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
-  fill = _with_trailing(jnp.where(valid | pad, 0.0, jnp.nan).astype(f32), 0.0)  # y not run
   runs = _with_trailing(valid.astype(i32), 0)
   rb_run = jnp.where(valid, rb, 0)
   idx, slot0 = _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0)
@@ -263,12 +262,13 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
+    seqs = chunk_scan.seq_table(runs, idx, slot0, view)
     rows_in = xbc
     if y is not None:
       rows_in, y = lax.optimization_barrier((xbc, y))
-    post = chunk_conv.body_conv(p, seg, view, runs, rows_in, base, rb_run, conv0,
+    post = chunk_conv.body_conv(p, seg, view, seqs, rows_in, base, rb, conv0,
                                 params.conv_weight, params.conv_bias)
-    ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, idx, slot0, runs, fill, post, dts, z,
+    ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, seqs, post, dts, z,
                                           params.A_log, params.D, ssm, y, carry)
   conv_end = conv_after_bodies(cfg, conv0, xbc, base, rb_run)
   target = jnp.where(valid, ci, E)                               # invalid: dropped

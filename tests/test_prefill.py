@@ -19,24 +19,26 @@ from tests.helpers import (FULL_MATRIX, matrix, assert_bitwise, assert_close,
                            small_cfg)
 
 
+@pytest.mark.parametrize("entry,fill", [(1, np.nan), (-1, 0.0)])
 @pytest.mark.parametrize("tiles", [
     m.ChunkTiles(chunk=16), m.ChunkTiles(chunk=16, fused_pass=1, fused_y=1),
     m.ChunkTiles(chunk=16, out_rows=8, fused_pass=1, fused_y=1)])
-def test_chunk_out_fills_rows_of_sequences_not_run(tiles):
+def test_chunk_out_fills_rows_of_sequences_not_run(tiles, entry, fill):
   """The output kernel (with `fused_y`: the fused kernel, in one or two row blocks, and the
-  fill kernel) writes each sequence's `fill` into the body rows of a sequence it does not
-  run and into its rows past n (the op passes NaN or zero), and zeros past the sequences;
-  it leaves the verify tails' rows alone. Checked with 7.0: interpret mode leaves unwritten
-  outputs NaN, so the op-level NaN check alone could not fail there."""
+  fill kernel) fills the body rows and the rows past n of a sequence it does not run with NaN
+  (rejected) or 0 (a padding entry), the rows past n of one it runs and the rows past the
+  sequences with 0, and leaves the verify tails' rows alone (y starts at 7.0, which they
+  keep)."""
   cfg = small_cfg()
   cap, L = cfg.capacity, 16
-  # Sequence 0 runs: 40 rows, 45 reserved; sequence 1 does not: 30 rows; 9 trailing rows.
-  n, T = np.array([40, 30]), 84
+  # Sequence 0 runs: 40 rows, 45 reserved; sequence 1 does not: 30 rows, 33 reserved; 9
+  # trailing rows.
+  n, T = np.array([40, 30]), 87
   plan = pk.ChunkPlan(cfg=cfg, T=T, S=2, E=2, has_z=False, y_dtype=jnp.float32,
                       tiles=tiles, interpret=True, max_body=40)
   rb = np.maximum(n - cap, 0)
   i32 = lambda a: jnp.asarray(a, jnp.int32)
-  slots = pk.slot_table(plan, i32([0, 45, 75]), i32([40, 30, 0]), i32([45, 30, 9]),
+  slots = pk.slot_table(plan, i32([0, 45, 78]), i32([40, 30, 0]), i32([45, 33, 9]),
                         i32([*rb, 0]))
   rng = np.random.default_rng(3)
   xr = dev(rng.normal(size=(plan.conv_T, cfg.conv_dim)), jnp.float32)
@@ -45,17 +47,19 @@ def test_chunk_out_fills_rows_of_sequences_not_run(tiles):
   ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
   seg, = plan.segments
   view = pk.segment_view(slots, seg)
-  _, y, _ = pk.chunk_scan(plan, seg, view, i32([0, 1, -1]), i32([0, 0, 0]), i32([1, 0, 0]),
-                          jnp.asarray([0.0, 7.0, 0.0], jnp.float32), xr, dtr, None, p.A_log,
-                          p.D, ssm)
+  seqs = pk.seq_table(i32([1, 0, 0]), i32([0, entry, -1]), i32([0, 0, 0]), view)
+  y0 = jnp.full((T, cfg.d_inner), 7.0, jnp.float32)
+  _, y, _ = pk.chunk_scan(plan, seg, view, seqs, xr, dtr, None, p.A_log, p.D, ssm, y0)
   y = np.asarray(y)
   assert y.shape == (T, cfg.d_inner)
-  assert np.all(np.isfinite(y[:rb[0]])), "the body of the sequence run"
-  assert np.all(np.isnan(y[rb[0]:40])), "its tail: left to the verify call"
+  assert np.all(np.isfinite(y[:rb[0]]) & (y[:rb[0]] != 7.0)), "the body of the sequence run"
+  assert np.all(y[rb[0]:40] == 7.0), "its tail: left to the verify call"
   assert np.all(y[40:45] == 0.0), "its rows past n"
-  assert np.all(y[45:45 + rb[1]] == 7.0), "the body of the sequence not run"
-  assert np.all(np.isnan(y[45 + rb[1]:75])), "its tail: left to the verify call"
-  assert np.all(y[75:] == 0.0), "rows past the sequences"
+  assert_bitwise(y[45:45 + rb[1]], np.full_like(y[45:45 + rb[1]], fill),
+                 "the body of the sequence not run")
+  assert np.all(y[45 + rb[1]:75] == 7.0), "its tail: left to the verify call"
+  assert_bitwise(y[75:78], np.full_like(y[75:78], fill), "its rows past n")
+  assert np.all(y[78:] == 0.0), "rows past the sequences"
 
 
 def test_slot_table_covers_bodies_and_fills():
@@ -106,8 +110,10 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
                         i32([Rb, Rb, 0]))
   seg, = plan.segments
   flat_x = xbc.reshape(B * R, -1)
-  post = chunk_conv.body_conv(plan, seg, pk.segment_view(slots, seg), i32([1, 1, 0]), flat_x,
-                              base, rb, conv0, p.conv_weight, p.conv_bias)
+  view = pk.segment_view(slots, seg)
+  seqs = pk.seq_table(i32([1, 1, 0]), i32([0, 1, -1]), i32([0, 0, 0]), view)
+  post = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, base, rb, conv0, p.conv_weight,
+                              p.conv_bias)
   dtp = dispatch.slot_dt(plan, slots, p, dt.reshape(B * R, -1))
   conv_end = dispatch.conv_after_bodies(cfg, conv0, flat_x, base, rb)
   want, want_end = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])

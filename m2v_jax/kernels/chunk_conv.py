@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
@@ -22,7 +23,7 @@ def _weights(plan, w_ref, bias_ref, cols):
           bias_ref[cols].astype(f32))
 
 
-def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, base_ref, rb_ref,
+def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, seqs_ref, base_ref, rb_ref,
                  head_ref, w_ref, bias_ref, post_ref, plan: ChunkPlan):
   """Body conv, grid (rows / conv_rows, C / conv_cols): block q of slot q // (L / conv_rows),
   one row at a time with the last K-1 input rows carried, so each input row is loaded once;
@@ -32,9 +33,10 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, bas
 
   Refs:
     xbc_ref   [T, C]           raw rows, sequences back to back
-    seq_ref, row_ref, len_ref, body_ref [slots] int32, valid_ref [S+1] int32: `Slots`
+    seq_ref, row_ref, len_ref, body_ref [slots] int32: `Slots`
+    seqs_ref  [7, S+1] int32   per-sequence table (`chunk_scan.seq_table`)
     base_ref, rb_ref [S] int32 first flat row and body rows of each sequence (rb 0: its body
-                               opens in another segment, or it does not run)
+                               opens in another segment)
     head_ref  [S, K-1, C]      conv state before each sequence, oldest row first
     w_ref     [C, K] f32, bias_ref [C] f32
     post_ref  [rows, C]        post-conv rows in the activation dtype, L per body slot of the
@@ -49,7 +51,7 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, bas
   cols = pl.ds(j * BC, BC)
   s = jnp.minimum(seq_ref[i], S - 1)
 
-  @pl.when((body_ref[i] > 0) & (valid_ref[seq_ref[i]] > 0))
+  @pl.when((body_ref[i] > 0) & (seqs_ref[chunk_scan.RUNS, seq_ref[i]] > 0))
   def _conv():
     r0, n = row_ref[i] + t0, len_ref[i]
     load = lambda r: xbc_ref[jnp.clip(r, 0, T - 1), cols].astype(f32)       # [BC]
@@ -74,24 +76,27 @@ def _conv_kernel(*, xbc_ref, seq_ref, row_ref, len_ref, body_ref, valid_ref, bas
       lax.fori_loop(0, BR // U, rows, first)
 
 
-def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, valid, xbc, base, rb, conv0,
+def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xbc, base, rb, conv0,
               conv_weight, conv_bias):
   """Post-conv body rows [seg.body * L, C] (xbc's dtype) of xbc [T, C], L per body slot of
   segment `seg` (`slots`: its view).
 
-  valid [S+1] int32 (1: runs); base, rb [S] int32: each sequence's first row and body rows
-  (0 for one that does not run); conv0 [S, C, K-1]: the conv state before each sequence.
+  seqs [7, S+1] int32: the segment's per-sequence table (`chunk_scan.seq_table`; the slots
+  of a sequence that does not run are left alone); base, rb [S] int32: each sequence's first
+  row and body rows (numpy where the host knows them); conv0 [S, C, K-1]: the conv state
+  before each sequence.
   """
   cfg = plan.cfg
   C = cfg.conv_dim
   rows = seg.body * plan.chunk
   tag = chunk_scan.kernel_tag(plan, seg)
-  if slots.opens is not None:
-    rb = jnp.where(slots.opens[:plan.S] > 0, rb, 0)          # its first rows are elsewhere
+  if slots.opens is not None:                                # its first rows are elsewhere
+    xp = np if all(isinstance(a, np.ndarray) for a in (rb, slots.opens)) else jnp
+    rb = xp.where(slots.opens[:plan.S] > 0, rb, 0).astype(np.int32)
   return backend.pallas_call(
       lambda **refs: _conv_kernel(**refs, plan=plan),
       inputs=dict(xbc_ref=xbc, seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
-                  body_ref=slots.body, valid_ref=valid, base_ref=base, rb_ref=rb,
+                  body_ref=slots.body, seqs_ref=seqs, base_ref=base, rb_ref=rb,
                   head_ref=jnp.swapaxes(conv0, 1, 2), w_ref=conv_weight, bias_ref=conv_bias),
       outputs=dict(post_ref=jax.ShapeDtypeStruct((rows, C), plan.y_dtype)),
       grid=(rows // plan.conv_rows, C // plan.conv_cols), num_warps=plan.tiles.conv_warps,

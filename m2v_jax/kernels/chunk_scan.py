@@ -310,6 +310,29 @@ def segment_view(slots: Slots, seg: Segment) -> Slots:
                *(a[j] for a in slots[4:]))
 
 
+# Rows of a segment's per-sequence table (`seq_table`).
+RUNS, ENTRY, START, FIRST, COUNT, CARRY_IN, CARRY_OUT = range(7)
+
+
+def seq_table(runs, entry, start, slots: Slots):
+  """[7, S+1] int32, one array (one XLA op) for every kernel of a segment: per sequence 1 if
+  it runs, its pool entry (-1: padding), its starting slot (snapshot), and from `slots` (the
+  segment's view) its first body slot, their count, carry in and carry out (0 in a call of
+  one segment). Entry S, past the sequences, must not run and have entry -1: its rows then
+  get the fill 0 (`_fill_value`)."""
+  zero = jnp.zeros_like(jnp.asarray(runs, jnp.int32))
+  return jnp.stack([jnp.asarray(a, jnp.int32) if a is not None else zero
+                    for a in (runs, entry, start, slots.first, slots.count, slots.carry_in,
+                              slots.carry_out)])
+
+
+def _fill_value(seqs_ref, s, shape):
+  """A float32 tile of y for sequence s's rows that no kernel computes: 0 where it runs or is
+  padding, else NaN (rejected)."""
+  zero = (seqs_ref[RUNS, s] > 0) | (seqs_ref[ENTRY, s] == -1)
+  return jnp.where(zero, jnp.zeros(shape, f32), jnp.full(shape, jnp.nan, f32))
+
+
 def slot_table(plan: ChunkPlan, base, n, span, rb) -> Slots:
   """Slots for sequences at flat rows `base` [S+1] with `n` rows, `span` rows reserved (n and
   past: filled) and `rb` body rows. Each body's nb chunks are cut into one part per segment
@@ -382,7 +405,7 @@ def _slot(seq_ref, row_ref, len_ref, L):
   return i, seq_ref[i], pl.ds(i * L, L), pl.ds(row_ref[i], L), live
 
 
-def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, cb_ref,
+def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, seqs_ref, xr_ref, cb_ref,
                      dtr_ref=None, alog_ref=None, dt0_ref=None, acr_ref=None,
                      plan: ChunkPlan):
   """C·Bᵀ of each slot's rows, out_rows rows of it per program, grid (G, body slots,
@@ -398,7 +421,7 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, valid_ref, xr_ref, 
   N, G, HP, L, BM = cfg.dstate, cfg.ngroups, cfg.d_inner, plan.chunk, plan.out_rows
   g, r0 = pl.program_id(0), pl.program_id(2) * BM
   i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
-  run = (body_ref[i] > 0) & (valid_ref[s] > 0)
+  run = (body_ref[i] > 0) & (seqs_ref[RUNS, s] > 0)
 
   @pl.when(run)
   def _run():
@@ -452,11 +475,11 @@ def _own_from(plan: ChunkPlan, x, dtv, a_h, bm, sums=None):
   return own, jnp.exp(acum_l)
 
 
-def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_ref, dtr_ref,
+def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, dtr_ref,
                          alog_ref, s_ref, dec_ref, dt0_ref=None, plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
 
-    seq_ref, row_ref, len_ref, body_ref [slots] int32; valid_ref [S+1] int32: 1 if it runs
+    seq_ref, row_ref, len_ref, body_ref [slots] int32; seqs_ref [7, S+1] int32 (`seq_table`)
     xr_ref [rows, C] post-conv rows: L rows per body slot of the segment, zero past its rows
     dtr_ref [body slots * L, H] f32 processed dt of every body slot, zero past each slot's
       rows; dt0_ref [1] int32: the segment's first row of it (absent: 0)
@@ -470,7 +493,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
   g = h0 // cfg.heads_per_group
   dt0 = _dt_row(dt0_ref)
 
-  @pl.when((body_ref[i] > 0) & (valid_ref[s] > 0))
+  @pl.when((body_ref[i] > 0) & (seqs_ref[RUNS, s] > 0))
   def _run():
     bm = xr_ref[rows, pl.ds(HP + g * N, N)]                      # [L, N] activation dtype
 
@@ -485,20 +508,20 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, xr_r
     _for_heads(NH, head)
 
 
-def _pool_at(plan: ChunkPlan, idx_ref, slot_ref, b, h, ps):
+def _pool_at(plan: ChunkPlan, seqs_ref, b, h, ps):
   """Index of sequence b's head-h, P-tile `ps` state in the pool's ssm leaf: its entry's base
   (compact) or starting slot (snapshot)."""
-  e = jnp.maximum(idx_ref[b], 0)
-  return (e,) + (() if plan.cfg.compact else (slot_ref[b],)) + (h, ps, slice(None))
+  e = jnp.maximum(seqs_ref[ENTRY, b], 0)
+  return (e,) + (() if plan.cfg.compact else (seqs_ref[START, b],)) + (h, ps, slice(None))
 
 
-def _start_state(plan: ChunkPlan, ssm_ref, at, cin_ref, carry_ref, b, h, ps):
+def _start_state(plan: ChunkPlan, ssm_ref, at, seqs_ref, carry_ref, b, h, ps):
   """Sequence b's float32 state before its first body slot of the segment: the pool's at
   `at`, or its carried one where its body began in an earlier segment."""
   st = ssm_ref[at].astype(f32)
   if carry_ref is None:
     return st
-  cin = cin_ref[b] > 0
+  cin = seqs_ref[CARRY_IN, b] > 0
   return jnp.where(cin, backend.load(carry_ref.at[_carried(plan, b), h, ps, :], cin), st)
 
 
@@ -507,21 +530,21 @@ def _carried(plan: ChunkPlan, b):
   return jnp.minimum(b, plan.S - 1)
 
 
-def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps) -> None:
+def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, seqs_ref, carry_out_ref, b, h,
+               ps) -> None:
   """Stores sequence b's state after its last body slot of the segment: into the pool at
   `at`, or into its carried state where its body goes on in a later segment."""
   if carry_out_ref is None:
     ssm_out_ref[at] = st.astype(ssm_out_ref.dtype)
     return
-  cout = cout_ref[b] > 0
+  cout = seqs_ref[CARRY_OUT, b] > 0
   backend.store(carry_out_ref.at[_carried(plan, b), h, ps, :], st, cout)
   backend.store(ssm_out_ref.at[at], st.astype(ssm_out_ref.dtype), jnp.logical_not(cout))
 
 
-def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, xr_ref,
-                              dtr_ref, alog_ref, ssm_ref, ssm_out_ref, st_ref, cin_ref=None,
-                              carry_ref=None, cout_ref=None, carry_out_ref=None,
-                              dt0_ref=None, acr_ref=None, plan: ChunkPlan):
+def _chunk_states_pass_kernel(*, seqs_ref, xr_ref, dtr_ref, alog_ref, ssm_ref, ssm_out_ref,
+                              st_ref, carry_ref=None, carry_out_ref=None, dt0_ref=None,
+                              acr_ref=None, plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_from` and st = dec * st + own.
 
@@ -533,15 +556,15 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
   N, HP, L, BP = cfg.dstate, cfg.d_inner, plan.chunk, plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   ps = pl.ds(pid_p * BP, BP)
-  first = first_ref[b]
+  first, count = seqs_ref[FIRST, b], seqs_ref[COUNT, b]
   bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
-  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
+  at = _pool_at(plan, seqs_ref, b, h, ps)
   dt0 = _dt_row(dt0_ref)
 
-  @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
+  @pl.when((seqs_ref[RUNS, b] > 0) & (count > 0))
   def _run():
-    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
-    a_h, last = -jnp.exp(alog_ref[h]), first + count_ref[b] - 1
+    st = _start_state(plan, ssm_ref, at, seqs_ref, carry_ref, b, h, ps)
+    a_h, last = -jnp.exp(alog_ref[h]), first + count - 1
 
     def rows_of(i):
       """Slot i's x, dt and, where loaded, its acum and acum_L."""
@@ -559,21 +582,20 @@ def _chunk_states_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_
       st_ref[i, h, ps, :] = st.astype(st_ref.dtype)
       return (dec * st + own,) + ahead
 
-    st = lax.fori_loop(0, count_ref[b], chunk, (st,) + rows_of(first))[0]
-    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
+    st = lax.fori_loop(0, count, chunk, (st,) + rows_of(first))[0]
+    _end_state(plan, st, ssm_out_ref, at, seqs_ref, carry_out_ref, b, h, ps)
 
 
-def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, row_ref, len_ref,
-                        fill_ref, xr_ref, dtr_ref, alog_ref, d_ref, z_ref=None, ssm_ref,
-                        y_in_ref=None, ssm_out_ref, y_ref, cin_ref=None, carry_ref=None,
-                        cout_ref=None, carry_out_ref=None, dt0_ref=None, plan: ChunkPlan):
+def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref, d_ref,
+                        z_ref=None, ssm_ref, y_in_ref=None, ssm_out_ref, y_ref, carry_ref=None,
+                        carry_out_ref=None, dt0_ref=None, plan: ChunkPlan):
   """The whole scan of a sequence's body slots, grid (P / block_p, H, S+1): per slot in
   order, y from the carried state in blocks of out_rows rows (the causal sum in blocks of
   out_cols columns), then st = dec * st + own (`ChunkTiles.fused_y`).
 
     Refs as `_chunk_states_pass_kernel` and `_chunk_out_kernel` (no C·Bᵀ, starting states
     or loaded sums: C·Bᵀ and the cumulative dt·A are computed here); y_ref [T, H*P] gets the
-    rows of the sequence's body slots (masked where a slot is partial), the fill value where
+    rows of the sequence's body slots (masked where a slot is partial), `_fill_value` where
     the sequence does not run.
   """
   del y_in_ref
@@ -582,23 +604,23 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
   HP, L, BP, BM, BK = cfg.d_inner, plan.chunk, plan.block_p, plan.out_rows, plan.out_cols
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   ps = pl.ds(pid_p * BP, BP)
-  first, count = first_ref[b], count_ref[b]
+  first, count = seqs_ref[FIRST, b], seqs_ref[COUNT, b]
   g = h // cfg.heads_per_group
   bcols, ccols = pl.ds(HP + g * N, N), pl.ds(HP + G * N + g * N, N)
   xcols = pl.ds(h * P + pid_p * BP, BP)
-  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
+  at = _pool_at(plan, seqs_ref, b, h, ps)
   dt0 = _dt_row(dt0_ref)
   t_idx = lax.broadcasted_iota(jnp.int32, (BM, 1), 0)
-  runs = valid_ref[b] > 0
+  runs = seqs_ref[RUNS, b] > 0
 
-  def store_rows(i, r0, y):
-    """y [BM, BP] into rows r0 .. of slot i: whole where the slot has them all, else masked."""
-    _store_block(plan, y_ref, pl.ds(row_ref[i] + r0, BM), xcols, y, r0 + t_idx < len_ref[i],
-                 len_ref[i] >= r0 + BM)
+  def store_rows(row, n, r0, y):
+    """y [BM, BP] into rows r0 .. of a slot at flat row `row` with n rows: whole where the
+    slot has them all, else masked."""
+    _store_block(plan, y_ref, pl.ds(row + r0, BM), xcols, y, r0 + t_idx < n, n >= r0 + BM)
 
   @pl.when(runs & (count > 0))
   def _run():
-    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
+    st = _start_state(plan, ssm_ref, at, seqs_ref, carry_ref, b, h, ps)
     a_h, d_h, last = -jnp.exp(alog_ref[h]), d_ref[h], first + count - 1
     col = lax.broadcasted_iota(jnp.int32, (L,), 0)
 
@@ -625,46 +647,52 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
         return exp2(a_r[:, None] - (acum_k * LOG2E - log2(dt_k))[None, :])
       return jnp.exp(jnp.minimum(acum_r[:, None] - acum_k[None, :], 0.0)) * dt_k[None, :]
 
-    def y_block(i, m, st, whole):
-      """y of rows m*BM .. of slot i: D x + exp(acum) C stᵀ + (C Bᵀ ∘ decay ∘ dt) x, the
-      causal sum over blocks of BK columns up to the block's last row."""
+    def y_block(i, m, st, whole, bm, cm, row, n):
+      """y of rows m*BM .. of slot i (at flat row `row`, n rows): D x + exp(acum) C stᵀ +
+      (C Bᵀ ∘ decay ∘ dt) x, the causal sum over blocks of BK columns up to the block's last
+      row; bm [L, N] and cm [L, N]: the slot's B and C where one block spans the slot."""
       r0 = m * BM
       x_r, _, acum_r = rows_from(i, r0, BM, whole)
-      cm = xr_ref[pl.ds(i * L + r0, BM), ccols]                          # [BM, N]
+      if cm is None:
+        cm = xr_ref[pl.ds(i * L + r0, BM), ccols]                        # [BM, N]
       acc = jnp.exp(acum_r)[:, None] * plan.dot(cm, st, "b", trans_b=True)  # [BM, BP]
       a_r = acum_r * LOG2E
       for k in range(-(-(r0 + BM) // BK)):
         k0 = k * BK
         x_k, dt_k, acum_k = rows_from(i, k0, BK, whole)
-        bm_k = xr_ref[pl.ds(i * L + k0, BK), bcols]                       # [BK, N]
+        bm_k = bm if BK == L else xr_ref[pl.ds(i * L + k0, BK), bcols]    # [BK, N]
         causal = r0 + t_idx >= k0 + lax.broadcasted_iota(jnp.int32, (BM, BK), 1)
         w = jnp.where(causal, weights(a_r, acum_r, acum_k, dt_k), 0.0)    # [BM, BK]
         acc = acc + plan.dot(plan.dot(cm, bm_k, "", trans_b=True) * w, x_k, "a")
       y = d_h * x_r.astype(f32) + acc
       if plan.has_z:
-        lv = r0 + t_idx < len_ref[i]
-        z = backend.load(z_ref.at[pl.ds(row_ref[i] + r0, BM), xcols], lv)
+        lv = r0 + t_idx < n
+        z = backend.load(z_ref.at[pl.ds(row + r0, BM), xcols], lv)
         y = rowmath.gate(y, z.astype(f32))
-      store_rows(i, r0, y.astype(y_ref.dtype))
+      store_rows(row, n, r0, y.astype(y_ref.dtype))
 
-    def chunk(c, carry):               # the next slot's x and dt loaded before this one's work
-      st, x, dtv = carry
+    def rows_of(i):
+      """Slot i's x, dt, flat row and row count: loaded a step ahead."""
+      return _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0) + (row_ref[i], len_ref[i])
+
+    def chunk(c, carry):               # the next slot's rows loaded before this one's work
+      st, x, dtv, row, n = carry
       i = first + c
-      ahead = _slot_rows(plan, xr_ref, dtr_ref, jnp.minimum(i + 1, last), h, pid_p, BP, dt0)
+      ahead = rows_of(jnp.minimum(i + 1, last))
       bm = xr_ref[pl.ds(i * L, L), bcols]                                 # [L, N]
+      cm = xr_ref[pl.ds(i * L, L), ccols] if BM == L else None            # [L, N]
       acum, acum_l = _log_decay(dtv, a_h, L)
       for m in range(L // BM):
-        y_block(i, m, st, (x, dtv, acum))
+        y_block(i, m, st, (x, dtv, acum), bm, cm, row, n)
       own, dec = _own_from(plan, x, dtv, a_h, bm, (acum, acum_l))
       return (dec * st + own,) + ahead
 
-    ahead = _slot_rows(plan, xr_ref, dtr_ref, first, h, pid_p, BP, dt0)
-    st = lax.fori_loop(0, count, chunk, (st,) + ahead)[0]
-    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
+    st = lax.fori_loop(0, count, chunk, (st,) + rows_of(first))[0]
+    _end_state(plan, st, ssm_out_ref, at, seqs_ref, carry_out_ref, b, h, ps)
 
   @pl.when(jnp.logical_not(runs) & (count > 0))
   def _fill():
-    tile = jnp.broadcast_to(fill_ref[b], (BM, BP)).astype(y_ref.dtype)
+    tile = _fill_value(seqs_ref, b, (BM, BP)).astype(y_ref.dtype)
 
     def fill(c, carry):
       i = first + c
@@ -676,65 +704,63 @@ def _chunk_fused_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, r
     lax.fori_loop(0, count, fill, 0)
 
 
-def _fill_kernel(*, seq_ref, row_ref, len_ref, body_ref, fill_ref, y_in_ref=None, y_ref,
+def _fill_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, y_in_ref=None, y_ref,
                  plan: ChunkPlan, block: int):
-  """The fill value into the rows of each slot that is not a body, grid (the segment's
-  slots, H*P / block); y_ref [T, H*P] is aliased to y_in_ref where present."""
+  """`_fill_value` into the rows of each slot that is not a body, grid (the segment's slots,
+  H*P / block); y_ref [T, H*P] is aliased to y_in_ref where present."""
   del y_in_ref
   L = plan.chunk
   i, j = pl.program_id(0), pl.program_id(1)
 
   @pl.when((body_ref[i] == 0) & (len_ref[i] > 0))
   def _fill():
-    tile = jnp.broadcast_to(fill_ref[seq_ref[i]], (L, block)).astype(y_ref.dtype)
+    tile = _fill_value(seqs_ref, seq_ref[i], (L, block)).astype(y_ref.dtype)
     lv = lax.broadcasted_iota(jnp.int32, (L, 1), 0) < len_ref[i]
     backend.store(y_ref.at[pl.ds(row_ref[i], L), pl.ds(j * block, block)], tile, lv)
 
 
-def _chunk_pass_kernel(*, idx_ref, slot_ref, valid_ref, first_ref, count_ref, dec_ref, s_ref,
-                       ssm_ref, ssm_out_ref, st_ref, cin_ref=None, carry_ref=None,
-                       cout_ref=None, carry_out_ref=None, plan: ChunkPlan):
+def _chunk_pass_kernel(*, seqs_ref, dec_ref, s_ref, ssm_ref, ssm_out_ref, st_ref,
+                       carry_ref=None, carry_out_ref=None, plan: ChunkPlan):
   """State passing, grid (P / block_p, H, S+1): st = dec * st + s over a sequence's slots.
 
-    idx_ref, slot_ref, valid_ref [S+1] int32: entry, starting slot (snapshot), 1 if it runs
-    first_ref, count_ref [S+1] int32: first body slot and body slots in the segment
+    seqs_ref [7, S+1] int32: the segment's per-sequence table (`seq_table`)
     ssm_ref: the pool's ssm leaf, aliased to ssm_out_ref (the final state).
     st_ref [body slots, H, P, N] `st_dtype`: each slot's starting state (bf16 where the output
       kernel's products round it to bf16 anyway); not aliased to s_ref, so the
       next chunk's loads need not wait for this chunk's store.
-    cin_ref, cout_ref [S+1] int32: 1 where a body began in an earlier segment, goes on in a
-      later one (`Slots`); carry_ref [S, H, P, N] f32: each sequence's state carried in,
-      aliased to carry_out_ref, the one carried out (absent where no segment comes before or
-      after).
+    carry_ref [S, H, P, N] f32: each sequence's state carried in (where its body began in an
+      earlier segment), aliased to carry_out_ref, the one carried out (absent where no
+      segment comes before or after).
   """
   BP = plan.block_p
   pid_p, h, b = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   ps = pl.ds(pid_p * BP, BP)
-  first = first_ref[b]
-  at = _pool_at(plan, idx_ref, slot_ref, b, h, ps)
+  first, count = seqs_ref[FIRST, b], seqs_ref[COUNT, b]
+  at = _pool_at(plan, seqs_ref, b, h, ps)
 
-  @pl.when((valid_ref[b] > 0) & (count_ref[b] > 0))
+  @pl.when((seqs_ref[RUNS, b] > 0) & (count > 0))
   def _run():
-    st = _start_state(plan, ssm_ref, at, cin_ref, carry_ref, b, h, ps)
+    st = _start_state(plan, ssm_ref, at, seqs_ref, carry_ref, b, h, ps)
 
     def chunk(c, st):
       own = s_ref[first + c, h, ps, :]
       st_ref[first + c, h, ps, :] = st.astype(st_ref.dtype)
       return dec_ref[first + c, h] * st + own
 
-    st = lax.fori_loop(0, count_ref[b], chunk, st)
-    _end_state(plan, st, ssm_out_ref, at, cout_ref, carry_out_ref, b, h, ps)
+    st = lax.fori_loop(0, count, chunk, st)
+    _end_state(plan, st, ssm_out_ref, at, seqs_ref, carry_out_ref, b, h, ps)
 
 
-def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_ref, xr_ref,
-                      dtr_ref, cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None,
-                      y_ref, dt0_ref=None, acr_ref=None, plan: ChunkPlan):
+def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, dtr_ref,
+                      cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None, y_ref,
+                      dt0_ref=None, acr_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of out_cols
   columns.
 
-    cb_ref: C·Bᵀ of each slot; st_ref: starting states; fill_ref [S+1] f32: y of the rows of a
-    sequence not run and of its rows past n; xr_ref, dtr_ref, dt0_ref as `_chunk_states_kernel`;
+    cb_ref: C·Bᵀ of each slot; st_ref: starting states; seqs_ref as `_chunk_states_kernel`
+    (the rows of a sequence not run and its rows past n get `_fill_value`); xr_ref, dtr_ref,
+    dt0_ref as `_chunk_states_kernel`;
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
@@ -756,7 +782,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
   lv = r0 + lax.broadcasted_iota(jnp.int32, (BM, 1), 0) < len_ref[i]
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
-  body = (body_ref[i] > 0) & (valid_ref[s] > 0)
+  body = (body_ref[i] > 0) & (seqs_ref[RUNS, s] > 0)
   has_rows = r0 < len_ref[i]
   dt0 = _dt_row(dt0_ref)
 
@@ -832,7 +858,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, valid_ref, fill_re
 
   @pl.when(jnp.logical_not(body) & has_rows)
   def _fill():
-    tile = jnp.broadcast_to(fill_ref[s], (BM, BP)).astype(y_ref.dtype)
+    tile = _fill_value(seqs_ref, s, (BM, BP)).astype(y_ref.dtype)
     for j in range(NH):
       backend.store(y_ref.at[out_rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
 
@@ -860,16 +886,15 @@ def write_rows(plan: ChunkPlan, y, rows, row0, count):
       interpret=plan.interpret, name="m2v_chunk_tail_rows")["y_out_ref"]
 
 
-def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot, valid, fill,
-               xr, dtr, z, A_log, D, ssm, y=None, carry=None):
+def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_log, D, ssm,
+               y=None, carry=None):
   """The chunked scan's kernels over one segment's slots (three with `fused_pass`, one or
   two with `fused_y`).
 
   Args:
     plan: the launch.
     seg: the segment (`plan.segments`); slots: its view (`segment_view`).
-    cache_indices, slot, valid: [S+1] int32 entry, starting slot (snapshot), 1 if it runs.
-    fill: [S+1] float32 y of the rows of a sequence not run and past its n (NaN, 0).
+    seqs: [7, S+1] int32 per-sequence table (`seq_table`).
     xr: [seg.body * L, C] post-conv rows of the segment's body slots, L rows per slot (zero
       past its rows).
     dtr: [body_slots * L, H] float32 processed dt of every body slot (`dispatch.slot_dt`).
@@ -890,7 +915,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   sds = jax.ShapeDtypeStruct
   tiles_p = P // plan.local_block_p
   table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
-               valid_ref=valid)
+               seqs_ref=seqs)
   dt0 = dict(dt0_ref=jnp.full((1,), seg.start * L, jnp.int32) if seg.count > 1 else None)
   launch = lambda kernel, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
@@ -899,15 +924,12 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
   passed_out = dict(ssm_out_ref=sds(ssm.shape, ssm.dtype),
                     st_ref=sds((nb, H, P, N), plan.st_dtype),
                     carry_out_ref=sds((plan.S, H, P, N), f32) if more else None)
-  passing = dict(idx_ref=cache_indices, slot_ref=slot, valid_ref=valid, first_ref=slots.first,
-                 count_ref=slots.count, cin_ref=slots.carry_in if seg.index else None,
-                 carry_ref=carry if seg.index else None,
-                 cout_ref=slots.carry_out if more else None)
+  passing = dict(seqs_ref=seqs, carry_ref=carry if seg.index else None)
   carried = dict(ssm_ref="ssm_out_ref")
   if seg.index and more:
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_y:
-    return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, fill, xr,
+    return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, seqs, xr,
                        dtr, dt0, z, A_log, D, ssm, y)
   sums = dict(dtr_ref=dtr, alog_ref=A_log, **dt0) if t.out_acum else {}
   cb = launch(
@@ -940,7 +962,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
         num_stages=t.num_stages, name=f"m2v_chunk_pass_{tag}")
   out = launch(
       _chunk_out_kernel,
-      inputs=dict(table, fill_ref=fill, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
+      inputs=dict(table, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
                   d_ref=D, y_in_ref=y, acr_ref=acr, **dt0),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
@@ -952,7 +974,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, cache_indices, slot,
 
 
 def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out, carried,
-                launch, tag, fill, xr, dtr, dt0, z, A_log, D, ssm, y):
+                launch, tag, seqs, xr, dtr, dt0, z, A_log, D, ssm, y):
   """`chunk_scan` with `ChunkTiles.fused_y`: the fused kernel, then the fill of the slots
   that are not bodies (in the last segment, where any may have rows)."""
   cfg, t = plan.cfg, plan.tiles
@@ -961,9 +983,9 @@ def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out
   aliases = dict(carried, **({"y_in_ref": "y_ref"} if y is not None else {}))
   out = launch(
       _chunk_fused_kernel,
-      inputs=dict(passing, row_ref=slots.row0, len_ref=slots.rows, fill_ref=fill, xr_ref=xr,
-                  dtr_ref=dtr, alog_ref=A_log, d_ref=D, z_ref=z if plan.has_z else None,
-                  ssm_ref=ssm, y_in_ref=y, **dt0),
+      inputs=dict(passing, row_ref=slots.row0, len_ref=slots.rows, xr_ref=xr, dtr_ref=dtr,
+                  alog_ref=A_log, d_ref=D, z_ref=z if plan.has_z else None, ssm_ref=ssm,
+                  y_in_ref=y, **dt0),
       outputs=outputs, aliases=aliases,
       grid=(cfg.headdim // plan.block_p, cfg.nheads, plan.S + 1), num_warps=t.state_warps,
       num_stages=t.state_stages, name=f"m2v_chunk_fused_{tag}")
@@ -976,7 +998,7 @@ def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out
     y = backend.pallas_call(
         lambda **refs: _fill_kernel(**refs, plan=plan, block=block),
         inputs=dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
-                    body_ref=slots.body, fill_ref=fill, y_in_ref=y),
+                    body_ref=slots.body, seqs_ref=seqs, y_in_ref=y),
         outputs=dict(y_ref=sds(y.shape, y.dtype)), aliases=dict(y_in_ref="y_ref"),
         grid=(slots.seq.shape[0], cfg.d_inner // block), num_warps=4, num_stages=1,
         interpret=plan.interpret, name=f"m2v_chunk_fill_{tag}")["y_ref"]

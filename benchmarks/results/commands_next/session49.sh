@@ -10,6 +10,15 @@
 #      slot's row and length a step ahead) on HEAD (the exp2 weights landed): the prefill
 #      suite's chunked case with, without, with, without; ncu of the fused kernel at R=512
 #      with it; the compiled prefill tests with it (A_TEST_S seconds, default 150).
+#   b: `seq_table2.patch` (one int32 table a segment for every kernel's per-sequence values
+#      instead of five small XLA arrays; `seq_table.patch` ported to fused_y) and
+#      `fused_ahead_seq.patch` (`fused_ahead.patch` on top of it) and `dt_fold.patch` (on top
+#      of both: the fused kernel processes the raw dt, no XLA op for it): the prefill
+#      suite's chunked case, in the order seq, +ahead, +dt, HEAD, twice; then with all
+#      three: ncu of the fused kernel at R=512, the timeline at R=512 and the compiled
+#      prefill tests (B_TEST_S seconds, default 150).
+#   h: `g`, then the timeline at R=4096 and chunk_sweep B=1 of conv_rows=16 against the
+#      table at R=512 and 4096 (session 46: 0.988 and 0.998 in one H100 sweep).
 #   g: issue 22's figures (`session44.sh goal`: R=37, 512, 4096, ragged) on HEAD, and the
 #      timeline at R=512.
 D=$(dirname "$0")
@@ -42,6 +51,31 @@ for s in "$@"; do
       on $A || exit 1
       ncu_k $S fused_r512 m2v_chunk_fused 512
       gpu_tests $S "prefill or packed or ragged or segment" ${A_TEST_S:-150} )
+    ;;
+  b)
+    S=/tmp/s49_b; rm -rf $S; mkdir -p $S
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/b.tgz -C /tmp s49_b" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      Q=$D/seq_table2.patch; A=$D/fused_ahead_seq.patch; F=$D/dt_fold.patch
+      for k in 1 2; do
+        on $Q || exit 1; ser $S seq$k; on $A || exit 1; ser $S both$k
+        on $F || exit 1; ser $S dt$k
+        off $F || exit 1; off $A || exit 1; off $Q || exit 1; ser $S head$k
+      done
+      on $Q || exit 1; on $A || exit 1; on $F || exit 1
+      ncu_k $S fused_r512 m2v_chunk_fused 512
+      timeline $S 512
+      gpu_tests $S "prefill or packed or ragged or segment" ${B_TEST_S:-150} )
+    ;;
+  h)
+    S=/tmp/s49_h; rm -rf $S; mkdir -p $S
+    ( trap 'tar czf ${OUT:-/tmp/out}/h.tgz -C /tmp s49_h' EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -24 $S/goal.txt
+      timeline $S 512
+      timeline $S 4096
+      T=150 sweep $S r512 512 "$S1:conv_rows=16"
+      T=200 sweep $S r4096 4096 "$S1:conv_rows=16" )
     ;;
   g)
     S=/tmp/s49_g; rm -rf $S; mkdir -p $S
