@@ -366,13 +366,13 @@ class PrefillChecks:
   @pytest.mark.parametrize("extreme", matrix([False, True], keep={0, 1}))
   def test_fused_y_bf16_weights(self, monkeypatch, extreme):
     """`fused_y` at "bf16" products (bfloat16 activations) weighs each causal entry with one
-    exp2 of a_t - b_s, log2(dt) inside b (zero dt past a slot's rows: zero weights), in
-    16-row blocks with 16-column sums and in whole 32-row chunks: y and the states within
-    the bf16 bounds of the reference and of the output kernel (fused_y=0, exp(min(acum_t -
-    acum_s, 0)) dt). `extreme`: head 0's A = -1e4 with dt near 2 (every weight past the
-    diagonal underflows), head 1's A = -1e-3."""
+    exp2 of a_t - b_s, log2(dt) inside b, in 16-row blocks with 16-column sums and in whole
+    32-row chunks: y and the states within the bf16 bounds of the reference and of the
+    output kernel (fused_y=0, exp(min(acum_t - acum_s, 0)) dt). `extreme`: head 0's A =
+    -1e4 with dt near 2 (every weight past the diagonal underflows), head 1's A = -1e-3."""
     monkeypatch.setattr(pk, "MIN_LOCAL_PROGRAMS", 1)
     cfg = small_cfg(headdim=16)
+    assert cfg.prefill_precision_for(jnp.bfloat16) == "bf16"        # the exp2 weights'
     p = m.random_params(cfg, 29)
     if extreme:
       p = p._replace(A_log=p.A_log.at[0].set(np.log(1e4)).at[1].set(np.log(1e-3)),

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Session 49's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session49.sh STAGE...
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session49/README.md.
+# Stages x, a and b apply patches to the code they ran on (x: 8bdd546, a and b: cc08fe8);
+# since session 49's commits only g and h run on HEAD.
 #   x: `fused_exp2.patch` (the fused kernel's weights as one ex2.approx of a_t - b_s):
 #      the prefill suite's chunked case (B=1 bf16, R=512 and 4096) with, without, with,
 #      without; then, with it, chunk_sweep B=1 R=512 of the table, chunk=256 and the entry
