@@ -19,8 +19,10 @@
 #      suite's chunked case, in the order seq, +ahead, +dt, HEAD, twice; then with all
 #      three: ncu of the fused kernel at R=512, the timeline at R=512 and the compiled
 #      prefill tests (B_TEST_S seconds, default 150).
-#   h: `g`, then the timeline at R=4096 and chunk_sweep B=1 of conv_rows=16 against the
-#      table at R=512 and 4096 (session 46: 0.988 and 0.998 in one H100 sweep).
+#   h: `g`, then the timeline at R=4096 and chunk_sweep B=1 of conv_rows=16 and of the
+#      fused kernel at 2 stages (Triton then loads B and C ahead by cp.async) against the
+#      table at R=512 and 4096 (conv_rows=16: 0.988 and 0.998 in session 46, 0.98 at R=512
+#      in session 49).
 #   g: issue 22's figures (`session44.sh goal`: R=37, 512, 4096, ragged) on HEAD, and the
 #      timeline at R=512.
 D=$(dirname "$0")
@@ -76,8 +78,8 @@ for s in "$@"; do
       OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -24 $S/goal.txt
       timeline $S 512
       timeline $S 4096
-      T=150 sweep $S r512 512 "$S1:conv_rows=16"
-      T=200 sweep $S r4096 4096 "$S1:conv_rows=16" )
+      T=150 sweep $S r512 512 "$S1:conv_rows=16,${S1/state_stages=1/state_stages=2}"
+      T=200 sweep $S r4096 4096 "$S1:conv_rows=16,${S1/state_stages=1/state_stages=2}" )
     ;;
   g)
     S=/tmp/s49_g; rm -rf $S; mkdir -p $S
