@@ -255,14 +255,13 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     start = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, start]
     tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
-  runs = _with_trailing(valid.astype(i32), 0)
   rb_run = jnp.where(valid, rb, 0)
-  idx, slot0 = _with_trailing(ci, -1), _with_trailing(jnp.where(valid, state_row, 0), 0)
+  slot0 = jnp.where(valid, state_row, 0)
   dts = slot_dt(p, slots, params, dt)          # every segment reads its rows from it
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
-    seqs = chunk_scan.seq_table(runs, idx, slot0, view)
+    seqs = chunk_scan.seq_table(valid, ci, slot0, view)
     rows_in = xbc
     if y is not None:
       rows_in, y = lax.optimization_barrier((xbc, y))

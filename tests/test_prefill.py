@@ -47,7 +47,7 @@ def test_chunk_out_fills_rows_of_sequences_not_run(tiles, entry, fill):
   ssm = jnp.zeros((2, cap, cfg.nheads, cfg.headdim, cfg.dstate), jnp.float32)
   seg, = plan.segments
   view = pk.segment_view(slots, seg)
-  seqs = pk.seq_table(i32([1, 0, 0]), i32([0, entry, -1]), i32([0, 0, 0]), view)
+  seqs = pk.seq_table(i32([1, 0]), i32([0, entry]), i32([0, 0]), view)
   y0 = jnp.full((T, cfg.d_inner), 7.0, jnp.float32)
   _, y, _ = pk.chunk_scan(plan, seg, view, seqs, xr, dtr, None, p.A_log, p.D, ssm, y0)
   y = np.asarray(y)
@@ -111,7 +111,7 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   seg, = plan.segments
   flat_x = xbc.reshape(B * R, -1)
   view = pk.segment_view(slots, seg)
-  seqs = pk.seq_table(i32([1, 1, 0]), i32([0, 1, -1]), i32([0, 0, 0]), view)
+  seqs = pk.seq_table(i32([1, 1]), i32([0, 1]), i32([0, 0]), view)
   post = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, base, rb, conv0, p.conv_weight,
                               p.conv_bias)
   dtp = dispatch.slot_dt(plan, slots, p, dt.reshape(B * R, -1))

@@ -316,14 +316,16 @@ RUNS, ENTRY, START, FIRST, COUNT, CARRY_IN, CARRY_OUT = range(7)
 
 def seq_table(runs, entry, start, slots: Slots):
   """[7, S+1] int32, one array (one XLA op) for every kernel of a segment: per sequence 1 if
-  it runs, its pool entry (-1: padding), its starting slot (snapshot), and from `slots` (the
-  segment's view) its first body slot, their count, carry in and carry out (0 in a call of
-  one segment). Entry S, past the sequences, must not run and have entry -1: its rows then
-  get the fill 0 (`_fill_value`)."""
-  zero = jnp.zeros_like(jnp.asarray(runs, jnp.int32))
-  return jnp.stack([jnp.asarray(a, jnp.int32) if a is not None else zero
-                    for a in (runs, entry, start, slots.first, slots.count, slots.carry_in,
-                              slots.carry_out)])
+  it runs, its pool entry (-1: padding) and its starting slot (snapshot), from runs, entry
+  and start [S]; the entry past the sequences, S, does not run and has entry -1, so its rows
+  get the fill 0 (`_fill_value`); then from `slots` (the segment's view, [S+1] each) the
+  first body slot, their count, carry in and carry out (0 in a call of one segment)."""
+  past = lambda a, v: jnp.concatenate([jnp.asarray(a, jnp.int32), jnp.full((1,), v, jnp.int32)])
+  per_seq = [past(runs, 0), past(entry, -1), past(start, 0)]
+  zero = jnp.zeros_like(per_seq[0])
+  return jnp.stack(per_seq + [jnp.asarray(a, jnp.int32) if a is not None else zero
+                              for a in (slots.first, slots.count, slots.carry_in,
+                                        slots.carry_out)])
 
 
 def _fill_value(seqs_ref, s, shape):
