@@ -20,24 +20,10 @@
 #   f2: the compiled tests of the prefill paths (F2_TEST_S seconds), the timelines at R=512
 #       and 4096, and issue 22's figures (`session44.sh goal`'s runs).
 D=$(dirname "$0")
-. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo
+. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo, ncu_k
 OLD=$TB                                                   # the table before fused_y
 NEW=$(echo $TB | sed 's/state_stages=3/state_stages=2/; s/out_cols=32/out_cols=128/'):state_warps=8:fused_y=1  # the table's
 S1=${NEW/state_stages=2/state_stages=1}
-ncu_k() {  # ncu_k DIR NAME REGEX ROWS: ncu of the first launch matching REGEX, B=1 bf16 snapshot
-  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
-    --kernel-name regex:$3 --launch-skip 0 --launch-count 1 --metrics \
-gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__bytes.sum,\
-sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
-launch__occupancy_limit_registers,smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
-smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,\
-smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,\
-smsp__warp_issue_stalled_wait_per_warp_active.pct,\
-smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct \
-    python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=$4 \
-    --calls=1 > $1/ncu_$2.log 2>&1
-  echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -16
-}
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in

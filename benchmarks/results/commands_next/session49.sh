@@ -26,11 +26,10 @@
 #   g: issue 22's figures (`session44.sh goal`: R=37, 512, 4096, ragged) on HEAD, and the
 #      timeline at R=512.
 D=$(dirname "$0")
-. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo
+. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo, ncu_k
 OLD=$TB
 S1=$(echo $TB | sed 's/state_stages=3/state_stages=1/; s/out_cols=32/out_cols=128/'):state_warps=8:fused_y=1  # the table's
 X=$D/fused_exp2.patch
-eval "$(sed -n '/^ncu_k()/,/^}/p' $D/session48.sh)"   # ncu_k DIR NAME REGEX ROWS
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   case $s in
