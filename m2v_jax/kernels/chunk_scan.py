@@ -931,8 +931,8 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
   if seg.index and more:
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_y:
-    return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, seqs, xr,
-                       dtr, dt0, z, A_log, D, ssm, y)
+    return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, xr, dtr,
+                       dt0, z, A_log, D, ssm, y)
   sums = dict(dtr_ref=dtr, alog_ref=A_log, **dt0) if t.out_acum else {}
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr, **sums),
@@ -976,7 +976,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
 
 
 def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out, carried,
-                launch, tag, seqs, xr, dtr, dt0, z, A_log, D, ssm, y):
+                launch, tag, xr, dtr, dt0, z, A_log, D, ssm, y):
   """`chunk_scan` with `ChunkTiles.fused_y`: the fused kernel, then the fill of the slots
   that are not bodies (in the last segment, where any may have rows)."""
   cfg, t = plan.cfg, plan.tiles
@@ -1000,7 +1000,7 @@ def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out
     y = backend.pallas_call(
         lambda **refs: _fill_kernel(**refs, plan=plan, block=block),
         inputs=dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows,
-                    body_ref=slots.body, seqs_ref=seqs, y_in_ref=y),
+                    body_ref=slots.body, seqs_ref=passing["seqs_ref"], y_in_ref=y),
         outputs=dict(y_ref=sds(y.shape, y.dtype)), aliases=dict(y_in_ref="y_ref"),
         grid=(slots.seq.shape[0], cfg.d_inner // block), num_warps=4, num_stages=1,
         interpret=plan.interpret, name=f"m2v_chunk_fill_{tag}")["y_ref"]
