@@ -1,0 +1,34 @@
+#!/bin/bash
+# Session 50's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session50.sh STAGE...
+# Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session50/README.md.
+#   t: timelines (kernels and XLA's HLO) of the B=1 bf16 snapshot prefill at R=37, 512, 4096.
+#   s: chunk_sweep B=1 of conv_rows=16 and of the fused kernel at 2 stages against the table,
+#      R=512 and 4096.
+#   g: issue 22's figures (`session44.sh goal`).
+D=$(dirname "$0")
+. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo, ncu_k
+S1=$(echo $TB | sed 's/state_stages=3/state_stages=1/; s/out_cols=32/out_cols=128/'):state_warps=8:fused_y=1  # the table's
+for s in "$@"; do
+  echo "== $s $(date -u +%H:%M:%S)"
+  S=/tmp/s50_$s; rm -rf $S; mkdir -p $S
+  case $s in
+  t)
+    ( trap "tar czf ${OUT:-/tmp/out}/t.tgz -C /tmp s50_t" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for R in 37 512 4096; do timeline $S $R; done )
+    ;;
+  s)
+    ( trap "tar czf ${OUT:-/tmp/out}/s.tgz -C /tmp s50_s" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      T=130 sweep $S r512 512 "$S1:conv_rows=16,${S1/state_stages=1/state_stages=2}"
+      T=170 sweep $S r4096 4096 "$S1:conv_rows=16,${S1/state_stages=1/state_stages=2}" )
+    ;;
+  g)
+    ( trap "tar czf ${OUT:-/tmp/out}/g.tgz -C /tmp s50_g" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -24 $S/goal.txt )
+    ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
+echo "== end $(date -u +%H:%M:%S)"
