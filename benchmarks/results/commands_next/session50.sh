@@ -4,6 +4,11 @@
 #   t: timelines (kernels and XLA's HLO) of the B=1 bf16 snapshot prefill at R=37, 512, 4096.
 #   s: chunk_sweep B=1 of conv_rows=16 and of the fused kernel at 2 stages against the table,
 #      R=512 and 4096.
+#   l: `tail_lead.patch` (in the tree when the stage starts: the verify tail's conv takes the
+#      window after each body as an input instead of a scatter into the pool, and the body
+#      conv reads the starting conv state from the pool): the prefill suite's chunked case
+#      with, without, with, without; the timeline at R=512 with it; the compiled prefill
+#      tests (L_TEST_S seconds, default 200).
 #   g: issue 22's figures (`session44.sh goal`).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo, ncu_k
@@ -22,6 +27,17 @@ for s in "$@"; do
       nvidia-smi --query-gpu=name --format=csv,noheader
       T=130 sweep $S r512 512 "$S1:conv_rows=16,${S1/state_stages=1/state_stages=2}"
       T=170 sweep $S r4096 4096 "$S1:conv_rows=16,${S1/state_stages=1/state_stages=2}" )
+    ;;
+  l)
+    ( L=$D/tail_lead.patch
+      trap "tar czf ${OUT:-/tmp/out}/l.tgz -C /tmp s50_l" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      ser $S new; patch -p1 -R < $L > /dev/null || exit 1; ser $S old
+      patch -p1 < $L > /dev/null || exit 1; ser $S new2
+      patch -p1 -R < $L > /dev/null || exit 1; ser $S old2
+      patch -p1 < $L > /dev/null || exit 1
+      timeline $S 512
+      gpu_tests $S "prefill or packed or ragged or segment" ${L_TEST_S:-200} )
     ;;
   g)
     ( trap "tar czf ${OUT:-/tmp/out}/g.tgz -C /tmp s50_g" EXIT
