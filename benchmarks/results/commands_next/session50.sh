@@ -9,6 +9,12 @@
 #      conv reads the starting conv state from the pool): the prefill suite's chunked case
 #      with, without, with, without; the timeline at R=512 with it; the compiled prefill
 #      tests (L_TEST_S seconds, default 200).
+#   d: `dt_conv.patch` on top of `tail_lead.patch`, both in the tree when the stage starts
+#      (the body conv also processes its rows' dt, in a last column of programs, instead of
+#      an XLA op over all slots; in snapshot mode the tail takes every sequence's window
+#      with no flag): the prefill suite's chunked case with both (all), with tail_lead only
+#      (lead), with neither (head), twice; the timelines at R=512 and 4096 with both; the
+#      compiled tests of the prefill paths and the verify conv (D_TEST_S, default 220).
 #   g: issue 22's figures (`session44.sh goal`).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, on, off, undo, ncu_k
@@ -38,6 +44,19 @@ for s in "$@"; do
       patch -p1 < $L > /dev/null || exit 1
       timeline $S 512
       gpu_tests $S "prefill or packed or ragged or segment" ${L_TEST_S:-200} )
+    ;;
+  d)
+    ( L=$D/tail_lead.patch; DT=$D/dt_conv.patch
+      trap "tar czf ${OUT:-/tmp/out}/d.tgz -C /tmp s50_d" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for k in 1 2; do
+        ser $S all$k; patch -p1 -R < $DT > /dev/null || exit 1; ser $S lead$k
+        patch -p1 -R < $L > /dev/null || exit 1; ser $S head$k
+        patch -p1 < $L > /dev/null || exit 1; patch -p1 < $DT > /dev/null || exit 1
+      done
+      timeline $S 512
+      timeline $S 4096
+      gpu_tests $S "prefill or packed or ragged or segment or conv" ${D_TEST_S:-220} )
     ;;
   g)
     ( trap "tar czf ${OUT:-/tmp/out}/g.tgz -C /tmp s50_g" EXIT
