@@ -22,11 +22,10 @@ from m2v_jax import status
 from m2v_jax import tree as tree_lib
 from m2v_jax.kernels import chunk_conv
 from m2v_jax.kernels import chunk_scan
-from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
 from m2v_jax.kernels import verify as verify_kernels
 from m2v_jax import state as state_lib
-from m2v_jax.state import CompactState, SnapshotState
+from m2v_jax.state import CompactState
 from m2v_jax.status import CallArgs
 
 f32 = jnp.float32
@@ -123,14 +122,14 @@ def ragged_reference(cfg, params, state, args: CallArgs, host_rows, entries_chec
 
 
 def plan(cfg, backend, state, R, *, B, y_dtype, has_z=False, tiles=None, check_shared=False,
-         tree=False):
+         tree=False, lead=False):
   """The verify kernels' static `Plan` of a call of R rows (0: a fold) on `state`."""
   return verify_kernels.Plan(
       cfg=cfg, R=R, E=state.ssm.shape[0], B=B, has_z=has_z, y_dtype=jnp.dtype(y_dtype),
       conv_dtype=jnp.dtype(state.conv.dtype),
       tiles=tiles or tiles_lib.tile_config(cfg, B, R, y_dtype),
       interpret=backend == config_lib.INTERPRET, state_dtype=jnp.dtype(state.ssm.dtype),
-      check_shared=check_shared, tree=tree)
+      check_shared=check_shared, tree=tree, lead=lead)
 
 
 def check_tree(cfg, state, R):
@@ -145,21 +144,24 @@ def check_tree(cfg, state, R):
 
 
 def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries_checked=True,
-                parents=None):
+                parents=None, lead=None):
   """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state).
 
   `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
   int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`) of R <=
   capacity rows; the conv launch rejects a sequence whose parents break the rule
-  (`tree.parent_ok`).
+  (`tree.parent_ok`). `lead` (window [B, K-1, C] in the conv state's dtype, on [B] int32 or
+  None for all): where `on` is nonzero, a sequence's rows start from that conv window instead
+  of its state's (`verify.run`).
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
     check_tree(cfg, state, R)
   p = plan(cfg, backend, state, R, B=B, y_dtype=args.xbc.dtype, has_z=args.z is not None,
-           tiles=tiles, check_shared=not entries_checked, tree=parents is not None)
-  return verify_kernels.run(p, params, state, args, parents)
+           tiles=tiles, check_shared=not entries_checked, tree=parents is not None,
+           lead=lead is not None)
+  return verify_kernels.run(p, params, state, args, parents, lead)
 
 
 def fold(cfg, backend, params, state: CompactState, args: CallArgs):
@@ -187,28 +189,16 @@ def _with_trailing(a, value):
   return xp.concatenate([a, xp.reshape(xp.asarray(value), (1,)).astype(a.dtype)])
 
 
-def slot_dt(plan_: chunk_scan.ChunkPlan, slots, params, dt):
-  """Processed dt [body_slots * L, H] float32 of every body slot (`chunk_scan.slot_table`),
-  L rows per slot, zero past its rows."""
-  T, L, nb = plan_.T, plan_.chunk, plan_.body_slots
-  dtp = rowmath.process_dt(dt.astype(f32), params.dt_bias, plan_.cfg.dt_limit)
-  t = jnp.arange(L, dtype=jnp.int32)[None, :]
-  src = slots.row0[:nb, None] + t                                          # [slots, L]
-  own = (t < slots.rows[:nb, None]) & (slots.body[:nb, None] > 0)
-  return jnp.where(own[..., None], dtp[jnp.clip(src, 0, T - 1)], 0.0).reshape(nb * L, -1)
-
-
 def conv_after_bodies(cfg, conv0, xbc, base, rb):
-  """The conv state [S, C, K-1] f32 after each body of `rb` [S] rows at flat rows `base` [S]
-  of xbc [T, C], from conv0 [S, C, K-1], the state before it."""
+  """The conv window [S, K-1, C] f32 (oldest row first) after each body of `rb` [S] rows at
+  flat rows `base` [S] of xbc [T, C], from conv0 [S, C, K-1], the state before it."""
   K, T = cfg.d_conv, xbc.shape[0]
   # The last K-1 raw inputs before each body's end, from [conv0 rows; xbc rows].
   back = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [S, K-1]
   body = xbc[jnp.clip(base[:, None] + back, 0, T - 1)]                       # [S, K-1, C]
   head = jnp.take_along_axis(jnp.swapaxes(conv0, 1, 2),
                              jnp.clip(back + K - 1, 0, K - 2)[..., None], axis=1)
-  conv_end = jnp.where((back >= 0)[..., None], body.astype(f32), head.astype(f32))
-  return jnp.swapaxes(conv_end, 1, 2)
+  return jnp.where((back >= 0)[..., None], body.astype(f32), head.astype(f32))
 
 
 def packed_slots(plan_: chunk_scan.ChunkPlan, base, n, span, trailing):
@@ -234,7 +224,6 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   xbc, dt, z = args.xbc, args.dt, args.z
   state_row, ci = args.state_row, args.cache_indices
   T, S, cap = xbc.shape[0], state_row.shape[0], cfg.capacity
-  E = state.ssm.shape[0]
   i32 = jnp.int32
   safe, valid, pad = status.entry_status(cfg, state, R, args)
   host = isinstance(trailing, int) and all(isinstance(a, np.ndarray)
@@ -254,10 +243,13 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   else:
     start = jnp.where(valid, state_row, 0)
     conv0 = state.conv[safe, start]
-    tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
+    if host and bool(np.all(status.rows_ok(args.num_rows, R))):
+      # The tail's launch checks the entry and state_row as the prefill's did, and n is fine.
+      tail_row = state_row
+    else:
+      tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
   rb_run = jnp.where(valid, rb, 0)
   slot0 = jnp.where(valid, state_row, 0)
-  dts = slot_dt(p, slots, params, dt)          # every segment reads its rows from it
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
@@ -265,25 +257,22 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     rows_in = xbc
     if y is not None:
       rows_in, y = lax.optimization_barrier((xbc, y))
-    post = chunk_conv.body_conv(p, seg, view, seqs, rows_in, base, rb, conv0,
-                                params.conv_weight, params.conv_bias)
+    post, dts = chunk_conv.body_conv(p, seg, view, seqs, rows_in, dt, base, rb, state.conv,
+                                     params.conv_weight, params.conv_bias, params.dt_bias)
     ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, seqs, post, dts, z,
                                           params.A_log, params.D, ssm, y, carry)
-  conv_end = conv_after_bodies(cfg, conv0, xbc, base, rb_run)
-  target = jnp.where(valid, ci, E)                               # invalid: dropped
-  if cfg.compact:
-    conv = state.conv.at[target].set(conv_end.astype(state.conv.dtype), mode="drop")
-    state = state._replace(ssm=ssm, conv=conv)
-  else:
-    conv = state.conv.at[target, jnp.where(valid, state_row, 0)].set(
-        conv_end.astype(state.conv.dtype), mode="drop")
-    state = SnapshotState(ssm=ssm, conv=conv)
+  # The tail starts from the conv window after each body: in snapshot mode every sequence's
+  # (the state's own where there is no body); in compact mode only where there is a body (the
+  # others start from their pending window, as a verify call does).
+  lead = (conv_after_bodies(cfg, conv0, xbc, base, rb_run).astype(state.conv.dtype),
+          (rb_run > 0).astype(i32) if cfg.compact else None)
+  state = state._replace(ssm=ssm)
   # Each sequence's last min(n, cap) rows, from row base + rb: one verify call.
   m = xp.minimum(n, cap)
   rows = (base + rb)[:, None] + xp.arange(cap, dtype=i32)[None, :]    # [S, cap]
   take = lambda a: None if a is None else a[xp.clip(rows, 0, T - 1)]
   y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
-      take(xbc), take(dt), tail_row, take(z), ci, jnp.clip(m, 1, cap)))
+      take(xbc), take(dt), tail_row, take(z), ci, jnp.clip(m, 1, cap)), lead=lead)
   return chunk_scan.write_rows(p, y, y_tail, (base + rb).astype(i32), m), state
 
 

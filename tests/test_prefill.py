@@ -12,6 +12,7 @@ import m2v_jax as m
 from m2v_jax import dispatch, reference, status
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import chunk_conv
+from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import chunk_scan as pk
 from tests.helpers import (FULL_MATRIX, matrix, assert_bitwise, assert_close,
                            assert_states_close, check_chunked_pool, copy_state, dev, every_case,
@@ -89,16 +90,19 @@ def test_slot_table_covers_bodies_and_fills():
     (64, 16, 16, jnp.bfloat16, jnp.bfloat16)], keep={0, 1, 2, 3, 4}))
 def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype):
   """The bodies' conv kernel vs `reference.conv_prefill`, two sequences back to back: rows
-  before each body from its conv state (bfloat16 state or inputs too), each body in its slots'
-  scratch rows (L per slot) and zero past them, the conv state after each body. conv_rows
-  below K-1 are raised, above the chunk lowered. The rows are stored in the activation
-  dtype."""
+  before each body from its conv state, read from the pool at its entry and starting slot
+  (bfloat16 state or inputs too), each body in its slots' scratch rows (L per slot) and zero
+  past them, the conv window after each body. conv_rows below K-1 are raised, above the
+  chunk lowered. The rows are stored in the activation dtype."""
   cfg = small_cfg()
   B, R, L = 2, Rb + 8, 16
   rng = np.random.default_rng(Rb)
   xbc = dev(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = dev(rng.normal(size=(B, R, cfg.nheads)), dtype)
-  conv0 = dev(rng.normal(size=(B, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
+  # The pool: entries in reverse order, the starting slots 2 and 0 of each entry's bank.
+  pool = dev(rng.normal(size=(B, cfg.capacity, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
+  entry, start = np.array([1, 0]), np.array([2, 0])
+  conv0 = pool[entry, start]
   p = m.random_params(cfg, Rb)
   plan = pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=False, y_dtype=dtype, interpret=True,
                       tiles=m.ChunkTiles(chunk=L, conv_rows=conv_rows, conv_cols=32),
@@ -111,10 +115,9 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   seg, = plan.segments
   flat_x = xbc.reshape(B * R, -1)
   view = pk.segment_view(slots, seg)
-  seqs = pk.seq_table(i32([1, 1]), i32([0, 1]), i32([0, 0]), view)
-  post = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, base, rb, conv0, p.conv_weight,
-                              p.conv_bias)
-  dtp = dispatch.slot_dt(plan, slots, p, dt.reshape(B * R, -1))
+  seqs = pk.seq_table(i32([1, 1]), i32(entry), i32(start), view)
+  post, dtp = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, dt.reshape(B * R, -1), base,
+                                   rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
   conv_end = dispatch.conv_after_bodies(cfg, conv0, flat_x, base, rb)
   want, want_end = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
@@ -124,8 +127,10 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   assert_close(post[:, :Rb], want, 1e-6, "post-conv rows")
   assert_bitwise(post[:, Rb:], np.zeros_like(post[:, Rb:]), "rows past the bodies")
   dtp = np.asarray(dtp)[:B * per * L].reshape(B, per * L, -1)
+  want_dt = rowmath.process_dt(dt[:, :Rb].astype(jnp.float32), p.dt_bias, cfg.dt_limit)
+  assert_close(dtp[:, :Rb], want_dt, 1e-6, "processed dt of the bodies")
   assert_bitwise(dtp[:, Rb:], np.zeros_like(dtp[:, Rb:]), "dt past the bodies")
-  assert_bitwise(conv_end, want_end, "conv state after the body")
+  assert_bitwise(jnp.swapaxes(conv_end, 1, 2), want_end, "conv window after the body")
 
 
 def test_scratch_limit_cuts_long_bodies_into_segments():
@@ -161,7 +166,7 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
   assert body.sum() == 128 and np.all(np.flatnonzero(body) < p.body_slots)
   assert plan(4096, 2, dataclasses.replace(tiles, scratch_mb=1.13)).scratch_budget == 2_260_000
   small = plan(4096, t=dataclasses.replace(tiles, scratch_mb=3))
-  with pytest.raises(ValueError, match=r"scratch_mb=3: a chunk's scratch .* 8\.98 MB"):
+  with pytest.raises(ValueError, match=r"scratch_mb=3: a chunk's scratch .* 6\.89 MB"):
     small.segments
 
 

@@ -88,8 +88,8 @@ class ChunkPlan:
 
   @property
   def conv_T(self) -> int:
-    """Rows of all body slots' processed dt (and, in one segment, post-conv rows), L per slot
-    (slot i at rows i*L ..); a segment's post-conv scratch holds `Segment.body` * L."""
+    """Rows of the post-conv and dt scratch of all body slots, L per slot (slot i at rows
+    i*L ..); a segment's holds `Segment.body` * L (all of them in a call of one segment)."""
     return self.body_slots * self.chunk
 
   @property
@@ -154,13 +154,13 @@ class ChunkPlan:
 
   @property
   def slot_bytes(self) -> int:
-    """Scratch bytes of one body slot in a segment: post-conv rows, C·Bᵀ, starting states
-    and, unfused, the chunk states and decays; with `out_acum` its cumulative dt·A; with
-    `fused_y` the post-conv rows only."""
+    """Scratch bytes of one body slot in a segment: post-conv rows and processed dt, C·Bᵀ,
+    starting states and, unfused, the chunk states and decays; with `out_acum` its cumulative
+    dt·A; with `fused_y` the post-conv rows and dt only."""
     cfg, L = self.cfg, self.chunk
     H = cfg.nheads
     state = H * cfg.headdim * cfg.dstate
-    rows = L * cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize
+    rows = L * (cfg.conv_dim * jnp.dtype(self.y_dtype).itemsize + 4 * H)
     if self.tiles.fused_y:
       return rows
     own = (0 if self.tiles.fused_pass else 4 * (state + H)) + (
@@ -174,13 +174,11 @@ class ChunkPlan:
     return self.T // self.chunk // n + self.S
 
   def scratch_at(self, n: int) -> int:
-    """Bytes of scratch at once with n segments: one segment's body slots, every body slot's
-    processed dt (float32, all segments read theirs from it) and, with more than one, each
-    sequence's float32 state carried between segments."""
+    """Bytes of scratch at once with n segments: one segment's body slots and, with more
+    than one, each sequence's float32 state carried between segments."""
     cfg, per = self.cfg, self._slots_per_segment(n)
-    dt = 4 * n * per * self.chunk * cfg.nheads
     carry = 4 * self.S * cfg.nheads * cfg.headdim * cfg.dstate if n > 1 else 0
-    return per * self.slot_bytes + dt + carry
+    return per * self.slot_bytes + carry
 
   @property
   def scratch_budget(self) -> int:
@@ -203,7 +201,7 @@ class ChunkPlan:
         return n
     least = math.ceil(min(map(self.scratch_at, counts)) / self.S / 1e4) / 100   # MB, up
     raise ValueError(f"ChunkTiles.scratch_mb={self.tiles.scratch_mb}: a chunk's scratch per "
-                     f"sequence and what segments share (dt, carried states) need {least:.2f} "
+                     f"sequence and the states carried between segments need {least:.2f} "
                      f"MB a sequence here; ask for at least that, or 0 for no limit")
 
   @property
@@ -293,11 +291,6 @@ def kernel_tag(plan: ChunkPlan, seg: Segment) -> str:
   several segments (one name for all, so that XLA compiles a kernel that several segments
   launch alike once)."""
   return plan.cfg.replay_mode + ("_seg" if seg.count > 1 else "")
-
-
-def _dt_row(dt0_ref):
-  """The segment's first row of the processed dt: dt0_ref[0], or 0 in a call of one segment."""
-  return 0 if dt0_ref is None else dt0_ref[0]
 
 
 def segment_view(slots: Slots, seg: Segment) -> Slots:
@@ -408,14 +401,14 @@ def _slot(seq_ref, row_ref, len_ref, L):
 
 
 def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, seqs_ref, xr_ref, cb_ref,
-                     dtr_ref=None, alog_ref=None, dt0_ref=None, acr_ref=None,
+                     dtr_ref=None, alog_ref=None, acr_ref=None,
                      plan: ChunkPlan):
   """C·Bᵀ of each slot's rows, out_rows rows of it per program, grid (G, body slots,
   chunk / out_rows), and with acr_ref the cumulative dt·A of the group's heads.
 
     xr_ref [rows, C] post-conv rows, L per body slot of the segment; cb_ref [its body slots,
       G, L, L] f32
-    dtr_ref, dt0_ref as `_chunk_states_kernel`; alog_ref [H] f32
+    dtr_ref as `_chunk_states_kernel`; alog_ref [H] f32
     acr_ref [H, its body slots * L] f32: each slot's cumulative dt·A from its first row
       (with `ChunkTiles.out_acum`), written by the programs of the slot's first row block.
   """
@@ -435,14 +428,13 @@ def _chunk_cb_kernel(*, row_ref, len_ref, body_ref, seq_ref, seqs_ref, xr_ref, c
     return
   hg = cfg.heads_per_group
   nh = tiles_lib.pow2_divisor(hg, 32)                # heads a scan (Triton: a power of two)
-  dt0 = _dt_row(dt0_ref)
 
   @pl.when(run & (r0 == 0))
   def _sums():
     for j in range(hg // nh):
       hs = pl.ds(g * hg + j * nh, nh)
       a = -jnp.exp(alog_ref[hs])                                 # [nh]
-      acum = jnp.cumsum(dtr_ref[pl.ds(dt0 + i * L, L), hs] * a[None, :], axis=0)  # [L, nh]
+      acum = jnp.cumsum(dtr_ref[pl.ds(i * L, L), hs] * a[None, :], axis=0)  # [L, nh]
       acr_ref[hs, pl.ds(i * L, L)] = acum.T
 
 
@@ -457,11 +449,11 @@ def _store_block(plan: ChunkPlan, y_ref, out_rows, cols, y, lv, full) -> None:
   pl.when(jnp.logical_not(full))(lambda: backend.store(y_ref.at[out_rows, cols], y, lv))
 
 
-def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0):
+def _slot_rows(plan: ChunkPlan, xr_ref, dtr_ref, i, h, pid_p, BP):
   """Slot i's x [L, BP] (activation dtype) and dt [L] of head h."""
   P, L = plan.cfg.headdim, plan.chunk
   return (xr_ref[pl.ds(i * L, L), pl.ds(h * P + pid_p * BP, BP)],
-          dtr_ref[pl.ds(dt0 + i * L, L), h])
+          dtr_ref[pl.ds(i * L, L), h])
 
 
 def _own_from(plan: ChunkPlan, x, dtv, a_h, bm, sums=None):
@@ -478,13 +470,12 @@ def _own_from(plan: ChunkPlan, x, dtv, a_h, bm, sums=None):
 
 
 def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, dtr_ref,
-                         alog_ref, s_ref, dec_ref, dt0_ref=None, plan: ChunkPlan):
+                         alog_ref, s_ref, dec_ref, plan: ChunkPlan):
   """Chunk states from a zero start, grid (H / state_heads * P / local_block_p, body slots).
 
     seq_ref, row_ref, len_ref, body_ref [slots] int32; seqs_ref [7, S+1] int32 (`seq_table`)
     xr_ref [rows, C] post-conv rows: L rows per body slot of the segment, zero past its rows
-    dtr_ref [body slots * L, H] f32 processed dt of every body slot, zero past each slot's
-      rows; dt0_ref [1] int32: the segment's first row of it (absent: 0)
+    dtr_ref [rows, H] f32 processed dt of the same rows, zero past each slot's
     s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
     dec_ref [body slots, H] f32         exp(acum_L)
   """
@@ -493,7 +484,6 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_re
   i, s, rows, _, _ = _slot(seq_ref, row_ref, len_ref, L)
   h0, pid_p = _head_grid(plan, NH)
   g = h0 // cfg.heads_per_group
-  dt0 = _dt_row(dt0_ref)
 
   @pl.when((body_ref[i] > 0) & (seqs_ref[RUNS, s] > 0))
   def _run():
@@ -501,7 +491,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_re
 
     def head(j, carry):
       h = h0 + j
-      x, dtv = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
+      x, dtv = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP)
       own, dec = _own_from(plan, x, dtv, -jnp.exp(alog_ref[h]), bm)
       s_ref[i, h, pl.ds(pid_p * BP, BP), :] = own
       dec_ref[i, h] = dec
@@ -545,8 +535,8 @@ def _end_state(plan: ChunkPlan, st, ssm_out_ref, at, seqs_ref, carry_out_ref, b,
 
 
 def _chunk_states_pass_kernel(*, seqs_ref, xr_ref, dtr_ref, alog_ref, ssm_ref, ssm_out_ref,
-                              st_ref, carry_ref=None, carry_out_ref=None, dt0_ref=None,
-                              acr_ref=None, plan: ChunkPlan):
+                              st_ref, carry_ref=None, carry_out_ref=None, acr_ref=None,
+                              plan: ChunkPlan):
   """Chunk states and state passing in one, grid (P / block_p, H, S+1): a sequence's body
   slots in order, each slot's own state by `_own_from` and st = dec * st + own.
 
@@ -561,7 +551,6 @@ def _chunk_states_pass_kernel(*, seqs_ref, xr_ref, dtr_ref, alog_ref, ssm_ref, s
   first, count = seqs_ref[FIRST, b], seqs_ref[COUNT, b]
   bcols = pl.ds(HP + h // cfg.heads_per_group * N, N)
   at = _pool_at(plan, seqs_ref, b, h, ps)
-  dt0 = _dt_row(dt0_ref)
 
   @pl.when((seqs_ref[RUNS, b] > 0) & (count > 0))
   def _run():
@@ -570,7 +559,7 @@ def _chunk_states_pass_kernel(*, seqs_ref, xr_ref, dtr_ref, alog_ref, ssm_ref, s
 
     def rows_of(i):
       """Slot i's x, dt and, where loaded, its acum and acum_L."""
-      got = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0)
+      got = _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP)
       if acr_ref is None:
         return got
       return got + (acr_ref[h, pl.ds(i * L, L)], acr_ref[h, i * L + L - 1])
@@ -590,7 +579,7 @@ def _chunk_states_pass_kernel(*, seqs_ref, xr_ref, dtr_ref, alog_ref, ssm_ref, s
 
 def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref, d_ref,
                         z_ref=None, ssm_ref, y_in_ref=None, ssm_out_ref, y_ref, carry_ref=None,
-                        carry_out_ref=None, dt0_ref=None, plan: ChunkPlan):
+                        carry_out_ref=None, plan: ChunkPlan):
   """The whole scan of a sequence's body slots, grid (P / block_p, H, S+1): per slot in
   order, y from the carried state in blocks of out_rows rows (the causal sum in blocks of
   out_cols columns), then st = dec * st + own (`ChunkTiles.fused_y`).
@@ -611,7 +600,6 @@ def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref
   bcols, ccols = pl.ds(HP + g * N, N), pl.ds(HP + G * N + g * N, N)
   xcols = pl.ds(h * P + pid_p * BP, BP)
   at = _pool_at(plan, seqs_ref, b, h, ps)
-  dt0 = _dt_row(dt0_ref)
   t_idx = lax.broadcasted_iota(jnp.int32, (BM, 1), 0)
   runs = seqs_ref[RUNS, b] > 0
 
@@ -634,7 +622,7 @@ def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref
         return whole
       _, dtv, acum = whole
       rows = pl.ds(i * L + k0, n)
-      dtk = dtr_ref[pl.ds(dt0 + i * L + k0, n), h]
+      dtk = dtr_ref[pl.ds(i * L + k0, n), h]
       before = jnp.sum(jnp.where(col < k0, dtv * a_h, 0.0)) if k0 else 0.0
       return xr_ref[rows, xcols], dtk, before + jnp.cumsum(dtk * a_h)
 
@@ -675,7 +663,7 @@ def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref
 
     def rows_of(i):
       """Slot i's x, dt, flat row and row count: loaded a step ahead."""
-      return _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP, dt0) + (row_ref[i], len_ref[i])
+      return _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP) + (row_ref[i], len_ref[i])
 
     def chunk(c, carry):               # the next slot's rows loaded before this one's work
       st, x, dtv, row, n = carry
@@ -755,14 +743,14 @@ def _chunk_pass_kernel(*, seqs_ref, dec_ref, s_ref, ssm_ref, ssm_out_ref, st_ref
 
 def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, dtr_ref,
                       cb_ref, st_ref, z_ref=None, alog_ref, d_ref, y_in_ref=None, y_ref,
-                      dt0_ref=None, acr_ref=None, plan: ChunkPlan):
+                      acr_ref=None, plan: ChunkPlan):
   """y of a block of out_rows rows of every slot, gated, grid (H / out_heads * P /
   local_block_p, slots, chunk / out_rows); the causal sum runs over blocks of out_cols
   columns.
 
     cb_ref: C·Bᵀ of each slot; st_ref: starting states; seqs_ref as `_chunk_states_kernel`
-    (the rows of a sequence not run and its rows past n get `_fill_value`); xr_ref, dtr_ref,
-    dt0_ref as `_chunk_states_kernel`;
+    (the rows of a sequence not run and its rows past n get `_fill_value`); xr_ref, dtr_ref
+    as `_chunk_states_kernel`;
     z_ref [T, H*P]; y_ref [T, H*P] (only the slots' rows are written, by masked stores: the
     verify tails' rows and other segments' are not), aliased to y_in_ref after the first
     segment.
@@ -786,7 +774,6 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, 
   g = h0 // cfg.heads_per_group
   body = (body_ref[i] > 0) & (seqs_ref[RUNS, s] > 0)
   has_rows = r0 < len_ref[i]
-  dt0 = _dt_row(dt0_ref)
 
   @pl.when(body & has_rows)
   def _run():
@@ -812,7 +799,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, 
         k0 = k * BK
         causal = r0 + t_idx >= k0 + s_idx
         decay = jnp.exp(jnp.minimum(acum[:, None] - acr_ref[at(k0, BK)][None, :], 0.0))
-        w = jnp.where(causal, decay * dtr_ref[pl.ds(dt0 + i * L + k0, BK), h][None, :], 0.0)
+        w = jnp.where(causal, decay * dtr_ref[pl.ds(i * L + k0, BK), h][None, :], 0.0)
         return add_block(acc, k0, w, xcols)
 
       return lax.fori_loop(0, trips, column_block, jnp.exp(acum)[:, None] * cst)
@@ -820,11 +807,11 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, 
     def summed(h, xcols):
       """y before the gate, each column block summing its own acum."""
       a_h = -jnp.exp(alog_ref[h])
-      a_all = dtr_ref[pl.ds(dt0 + i * L, L), h] * a_h            # [L]
+      a_all = dtr_ref[pl.ds(i * L, L), h] * a_h            # [L]
 
       def rows_from(k0, n):
         """dt and acum (from the slot's first row) [n] of the n rows from row k0."""
-        dtv = dtr_ref[pl.ds(dt0 + i * L + k0, n), h]
+        dtv = dtr_ref[pl.ds(i * L + k0, n), h]
         return dtv, jnp.sum(jnp.where(col < k0, a_all, 0.0)) + jnp.cumsum(dtv * a_h)
 
       _, acum = rows_from(r0, BM)
@@ -899,7 +886,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
     seqs: [7, S+1] int32 per-sequence table (`seq_table`).
     xr: [seg.body * L, C] post-conv rows of the segment's body slots, L rows per slot (zero
       past its rows).
-    dtr: [body_slots * L, H] float32 processed dt of every body slot (`dispatch.slot_dt`).
+    dtr: [seg.body * L, H] float32 processed dt of the same rows (`chunk_conv.body_conv`).
     z: optional [T, H*P] gate; A_log, D: [H] float32.
     ssm: the pool's ssm leaf; final states go over the starting slot or base in place.
     y: the previous segment's y (None for the first), written in place.
@@ -918,7 +905,6 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
   tiles_p = P // plan.local_block_p
   table = dict(seq_ref=slots.seq, row_ref=slots.row0, len_ref=slots.rows, body_ref=slots.body,
                seqs_ref=seqs)
-  dt0 = dict(dt0_ref=jnp.full((1,), seg.start * L, jnp.int32) if seg.count > 1 else None)
   launch = lambda kernel, **kw: backend.pallas_call(
       lambda **refs: kernel(**refs, plan=plan), interpret=plan.interpret, **kw)
   more = seg.index < seg.count - 1
@@ -932,8 +918,8 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_y:
     return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, xr, dtr,
-                       dt0, z, A_log, D, ssm, y)
-  sums = dict(dtr_ref=dtr, alog_ref=A_log, **dt0) if t.out_acum else {}
+                       z, A_log, D, ssm, y)
+  sums = dict(dtr_ref=dtr, alog_ref=A_log) if t.out_acum else {}
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr, **sums),
       outputs=dict(cb_ref=sds((nb, G, L, L), f32),
@@ -944,14 +930,14 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
   if t.fused_pass:
     passed = launch(
         _chunk_states_pass_kernel,
-        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm, **dt0,
+        inputs=dict(passing, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, ssm_ref=ssm,
                     acr_ref=acr),
         outputs=passed_out, aliases=carried,
         grid=(P // plan.block_p, H, S1), num_warps=t.state_warps, num_stages=t.state_stages,
         name=f"m2v_chunk_states_pass_{tag}")
   else:
     own = launch(
-        _chunk_states_kernel, inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log, **dt0),
+        _chunk_states_kernel, inputs=dict(table, xr_ref=xr, dtr_ref=dtr, alog_ref=A_log),
         outputs=dict(s_ref=sds((nb, H, P, N), f32), dec_ref=sds((nb, H), f32)),
         grid=(H // plan.state_heads * tiles_p, nb),
         num_warps=t.state_warps, num_stages=t.state_stages,
@@ -966,7 +952,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
       _chunk_out_kernel,
       inputs=dict(table, xr_ref=xr, dtr_ref=dtr, cb_ref=cb["cb_ref"],
                   st_ref=passed["st_ref"], z_ref=z if plan.has_z else None, alog_ref=A_log,
-                  d_ref=D, y_in_ref=y, acr_ref=acr, **dt0),
+                  d_ref=D, y_in_ref=y, acr_ref=acr),
       outputs=dict(y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype)),
       aliases=dict(y_in_ref="y_ref") if y is not None else None,
       grid=(H // plan.out_heads * tiles_p, seg.stop - seg.start, L // plan.out_rows),
@@ -976,7 +962,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
 
 
 def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out, carried,
-                launch, tag, xr, dtr, dt0, z, A_log, D, ssm, y):
+                launch, tag, xr, dtr, z, A_log, D, ssm, y):
   """`chunk_scan` with `ChunkTiles.fused_y`: the fused kernel, then the fill of the slots
   that are not bodies (in the last segment, where any may have rows)."""
   cfg, t = plan.cfg, plan.tiles
@@ -987,7 +973,7 @@ def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out
       _chunk_fused_kernel,
       inputs=dict(passing, row_ref=slots.row0, len_ref=slots.rows, xr_ref=xr, dtr_ref=dtr,
                   alog_ref=A_log, d_ref=D, z_ref=z if plan.has_z else None, ssm_ref=ssm,
-                  y_in_ref=y, **dt0),
+                  y_in_ref=y),
       outputs=outputs, aliases=aliases,
       grid=(cfg.headdim // plan.block_p, cfg.nheads, plan.S + 1), num_warps=t.state_warps,
       num_stages=t.state_stages, name=f"m2v_chunk_fused_{tag}")

@@ -33,6 +33,9 @@ class Plan:
       addresses, in the conv launch (not ruled out on the host).
     tree: the rows form a draft tree (`parents`): each row's conv window and state come
       from its parent's, y sums over its ancestors (R <= capacity).
+    lead: the conv launch takes a sequence's starting conv window from the call's `lead`
+      where its flag is set (a chunked prefill's tail: the window after its body) instead
+      of the state's.
   """
 
   cfg: config_lib.Mamba2Config
@@ -47,6 +50,7 @@ class Plan:
   state_dtype: jnp.dtype = jnp.dtype(jnp.float32)
   check_shared: bool = False
   tree: bool = False
+  lead: bool = False
 
   @property
   def compact(self) -> bool:
@@ -114,12 +118,16 @@ class Plan:
     return self.y_dtype != jnp.dtype(f32)
 
 
-def run(plan: Plan, params, state, args, parents=None):
+def run(plan: Plan, params, state, args, parents=None, lead=None):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
   in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent;
-  the conv launch rejects a sequence whose parents break `tree.parent_ok`'s rule."""
+  the conv launch rejects a sequence whose parents break `tree.parent_ok`'s rule. With
+  `plan.lead`, `lead` is (window [B, K-1, C] in the conv state's dtype, oldest row first;
+  on [B] int32, or None for every sequence): where `on` is nonzero, the sequence's rows start
+  from that conv window.
+  """
   par = jnp.asarray(parents, jnp.int32) if plan.tree else None
-  prepped = verify_conv.conv(plan, params, state, args, par)
+  prepped = verify_conv.conv(plan, params, state, args, par, lead)
   out = verify_ssm.ssm(plan, params, state, prepped, args, par)
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
