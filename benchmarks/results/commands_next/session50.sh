@@ -1,6 +1,9 @@
 #!/bin/bash
 # Session 50's calls, from the repository root: OUT=/tmp/out bash benchmarks/results/commands_next/session50.sh STAGE...
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session50/README.md.
+# Stages l and d reverse the patches they measure, which were in the tree when they ran;
+# both are in HEAD since c557be4: on HEAD `d` runs as is, `l` needs dt_conv.patch reversed
+# first.
 #   t: timelines (kernels and XLA's HLO) of the B=1 bf16 snapshot prefill at R=37, 512, 4096.
 #   s: chunk_sweep B=1 of conv_rows=16 and of the fused kernel at 2 stages against the table,
 #      R=512 and 4096.
