@@ -429,9 +429,10 @@ def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True, trees=F
     rows = rng.integers(0, min(R, cfg.ssm.capacity), Bsz).astype(np.int32)
 
 
-def check_chunked_pool(backend, cfg, R, tol=1e-5):
+def check_chunked_pool(backend, cfg, R, tol=1e-5, bad_row=-1):
   """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
-  padding entry gets y = 0, a sequence with a bad state_row gets NaN y and keeps its entry,
+  padding entry gets y = 0, a sequence with a bad state_row (`bad_row`) gets NaN y and keeps
+  its entry,
   a NaN input stays in its own sequence (and an inf in the padding sequence's rows, right
   after sequence 0's, stays out of it), unaddressed entries are untouched, the rest match
   the reference. The gate is on."""
@@ -443,7 +444,7 @@ def check_chunked_pool(backend, cfg, R, tol=1e-5):
     x8, d8 = inputs(cfg, E, 8, rng=rng)
     _, state = m.verify(cfg, p, state, x8, d8, [0] * E, backend="reference")
   idx = jnp.asarray([0, -1, 2, 4], jnp.int32)
-  rows = jnp.asarray([0, 0, -1, 3], jnp.int32)          # sequence 2: invalid row
+  rows = jnp.asarray([0, 0, bad_row, 3], jnp.int32)     # sequence 2: invalid row
   xbc, dt, z = inputs(cfg, B, R, rng=rng, z=True)
   xbc = xbc.at[3, 5, :3].set(jnp.nan)                    # sequence 3: NaN input
   xbc = xbc.at[1, :2].set(jnp.inf)                       # the padding after sequence 0 too

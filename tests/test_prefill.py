@@ -81,28 +81,31 @@ def test_slot_table_covers_bodies_and_fills():
   assert len(t.seq) == plan.n_slots == 100 // 16 + 2 * 4
 
 
-@pytest.mark.parametrize("Rb,conv_rows,plan_rows,dtype,conv_dtype", matrix([
-    (43, 8, 8, jnp.float32, jnp.float32),     # several blocks, padding
-    (1, 1, 4, jnp.float32, jnp.float32),      # body of 1 row; blocks raised to K-1 rows (as 4)
-    (2, 2, 4, jnp.bfloat16, jnp.bfloat16),    # body shorter than the conv state
-    (5, 32, 16, jnp.bfloat16, jnp.float32),   # one block (the chunk's 16 rows), mixed dtypes
-    (16, 16, 16, jnp.float32, jnp.bfloat16),  # one full block, no padding
-    (64, 16, 16, jnp.bfloat16, jnp.bfloat16)], keep={0, 1, 2, 3, 4}))
-def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype):
+@pytest.mark.parametrize("Rb,conv_rows,plan_rows,dtype,conv_dtype,mode", matrix([
+    (43, 8, 8, jnp.float32, jnp.float32, "snapshot"),     # several blocks, padding
+    (1, 1, 4, jnp.float32, jnp.float32, "compact"),       # body of 1 row; blocks of K-1 (4)
+    (2, 2, 4, jnp.bfloat16, jnp.bfloat16, "snapshot"),    # body shorter than the conv state
+    (5, 32, 16, jnp.bfloat16, jnp.float32, "compact"),    # one block (16 rows), mixed dtypes
+    (16, 16, 16, jnp.float32, jnp.bfloat16, "snapshot"),  # one full block, no padding
+    (64, 16, 16, jnp.bfloat16, jnp.bfloat16, "compact")], keep={0, 1, 2, 3, 4}))
+def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype, mode):
   """The bodies' conv kernel vs `reference.conv_prefill`, two sequences back to back: rows
-  before each body from its conv state, read from the pool at its entry and starting slot
-  (bfloat16 state or inputs too), each body in its slots' scratch rows (L per slot) and zero
-  past them, the conv window after each body. conv_rows below K-1 are raised, above the
-  chunk lowered. The rows are stored in the activation dtype."""
-  cfg = small_cfg()
+  before each body from its conv state, read from the pool at its entry (and, in snapshot
+  mode, starting slot; bfloat16 state or inputs too), each body in its slots' scratch rows
+  (L per slot) and zero past them, its processed dt beside them, the conv window after each
+  body. conv_rows below K-1 are raised, above the chunk lowered. The rows are stored in the
+  activation dtype. Then with the second sequence not running: its dt rows are zero and the
+  first sequence's rows the same."""
+  cfg = small_cfg(mode=mode)
   B, R, L = 2, Rb + 8, 16
   rng = np.random.default_rng(Rb)
   xbc = dev(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
   dt = dev(rng.normal(size=(B, R, cfg.nheads)), dtype)
-  # The pool: entries in reverse order, the starting slots 2 and 0 of each entry's bank.
-  pool = dev(rng.normal(size=(B, cfg.capacity, cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
+  # The pool: entries in reverse order; in snapshot mode the starting slots 2 and 0.
+  bank = (cfg.capacity,) if mode == "snapshot" else ()
+  pool = dev(rng.normal(size=(B,) + bank + (cfg.conv_dim, cfg.d_conv - 1)), conv_dtype)
   entry, start = np.array([1, 0]), np.array([2, 0])
-  conv0 = pool[entry, start]
+  conv0 = pool[entry, start] if bank else pool[entry]
   p = m.random_params(cfg, Rb)
   plan = pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=False, y_dtype=dtype, interpret=True,
                       tiles=m.ChunkTiles(chunk=L, conv_rows=conv_rows, conv_cols=32),
@@ -131,6 +134,14 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   assert_close(dtp[:, :Rb], want_dt, 1e-6, "processed dt of the bodies")
   assert_bitwise(dtp[:, Rb:], np.zeros_like(dtp[:, Rb:]), "dt past the bodies")
   assert_bitwise(jnp.swapaxes(conv_end, 1, 2), want_end, "conv window after the body")
+  seqs = pk.seq_table(i32([1, 0]), i32(entry), i32(start), view)
+  post1, dtp1 = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, dt.reshape(B * R, -1),
+                                     base, rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
+  post1 = np.asarray(post1.astype(jnp.float32))[:B * per * L].reshape(B, per * L, -1)
+  assert_bitwise(post1[0], post[0], "post-conv rows beside a sequence that does not run")
+  dtp1 = np.asarray(dtp1)[:B * per * L].reshape(B, per * L, -1)
+  assert_bitwise(dtp1[0], dtp[0], "dt beside a sequence that does not run")
+  assert_bitwise(dtp1[1], np.zeros_like(dtp1[1]), "dt of a sequence that does not run")
 
 
 def test_scratch_limit_cuts_long_bodies_into_segments():
@@ -539,8 +550,11 @@ class PrefillChecks:
                                               ("compact", 72)], keep={1, 2}))
   def test_chunked_pool_padding_invalid_and_nan(self, mode, R):
     """`check_chunked_pool` at R = 77: the body's padded chunks reach past R (the kernels' y is
-    cut to R rows, z padded); R = 72: they do not (z and y used in place)."""
-    check_chunked_pool(self.backend, small_cfg(mode=mode, headdim=16), R)
+    cut to R rows, z padded), the bad state_row -1; R = 72: they do not (z and y used in
+    place), the bad state_row the capacity (in snapshot mode the tail's launch, which gets
+    state_row as is, rejects it)."""
+    cfg = small_cfg(mode=mode, headdim=16)
+    check_chunked_pool(self.backend, cfg, R, bad_row=-1 if R == 77 else cfg.capacity)
 
 
   @pytest.mark.parametrize("precision,dtype", matrix([

@@ -475,7 +475,7 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_re
 
     seq_ref, row_ref, len_ref, body_ref [slots] int32; seqs_ref [7, S+1] int32 (`seq_table`)
     xr_ref [rows, C] post-conv rows: L rows per body slot of the segment, zero past its rows
-    dtr_ref [rows, H] f32 processed dt of the same rows, zero past each slot's
+    dtr_ref [rows, H] f32 processed dt of the same rows, zero past each slot's rows
     s_ref   [body slots, H, P, N] f32   (x * exp(acum_L - acum) dt)ᵀ B over the slot's rows
     dec_ref [body slots, H] f32         exp(acum_L)
   """
