@@ -432,10 +432,9 @@ def check_sharded_mixer(cfg, mesh, backend, Bsz, seed, Rs, chunked=True, trees=F
 def check_chunked_pool(backend, cfg, R, tol=1e-5, bad_row=-1):
   """A chunked prefill over a pool (inside jit, so rows are checked on the device only): a
   padding entry gets y = 0, a sequence with a bad state_row (`bad_row`) gets NaN y and keeps
-  its entry,
-  a NaN input stays in its own sequence (and an inf in the padding sequence's rows, right
-  after sequence 0's, stays out of it), unaddressed entries are untouched, the rest match
-  the reference. The gate is on."""
+  its entry, a NaN input stays in its own sequence (and an inf in the padding sequence's
+  rows, right after sequence 0's, stays out of it), unaddressed entries are untouched, the
+  rest match the reference. The gate is on."""
   p = m.random_params(cfg, 31)
   rng = np.random.default_rng(31)
   E, B = 6, 4
