@@ -183,12 +183,6 @@ def chunk_plan(cfg, backend, state, T, S, y_dtype, has_z, max_body, tiles=None
       interpret=backend == config_lib.INTERPRET, max_body=max_body)
 
 
-def _with_trailing(a, value):
-  """[S] -> [S+1]: `a` and the entry of the rows past the sequences (numpy for numpy `a`)."""
-  xp = np if isinstance(a, np.ndarray) else jnp
-  return xp.concatenate([a, xp.reshape(xp.asarray(value), (1,)).astype(a.dtype)])
-
-
 def conv_after_bodies(cfg, conv0, xbc, base, rb):
   """The conv window [S, K-1, C] f32 (oldest row first) after each body of `rb` [S] rows at
   flat rows `base` [S] of xbc [T, C], from conv0 [S, C, K-1], the state before it."""
@@ -209,8 +203,8 @@ def packed_slots(plan_: chunk_scan.ChunkPlan, base, n, span, trailing):
   rb = xp.maximum(n - plan_.cfg.capacity, 0).astype(np.int32)
   T = plan_.T
   return rb, chunk_scan.slot_table(
-      plan_, _with_trailing(base, trailing), _with_trailing(n, 0),
-      _with_trailing(span, T - trailing), _with_trailing(rb, 0))
+      plan_, chunk_scan.with_trailing(base, trailing), chunk_scan.with_trailing(n, 0),
+      chunk_scan.with_trailing(span, T - trailing), chunk_scan.with_trailing(rb, 0))
 
 
 def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailing, *, R,

@@ -96,8 +96,7 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
         post_ref[q * BR + t, cols] = jnp.where(live, out, 0.0).astype(post_ref.dtype)
       return tuple(win[-(K - 1):])
 
-    e = jnp.clip(seqs_ref[chunk_scan.ENTRY, s], 0, plan.E - 1)
-    at = (e,) if plan.cfg.compact else (e, seqs_ref[chunk_scan.START, s])
+    at = chunk_scan.pool_entry(plan, seqs_ref, s)
     first = tuple(jnp.where(opens, head_ref[at + (cols, k)].astype(f32), load(r0 - (K - 1) + k))
                   for k in range(K - 1))
     if BR == U:

@@ -307,14 +307,20 @@ def segment_view(slots: Slots, seg: Segment) -> Slots:
 RUNS, ENTRY, START, FIRST, COUNT, CARRY_IN, CARRY_OUT = range(7)
 
 
+def with_trailing(a, value):
+  """[S] -> [S+1]: `a` and the entry of the rows past the sequences (numpy for numpy `a`)."""
+  xp = np if isinstance(a, np.ndarray) else jnp
+  return xp.concatenate([a, xp.reshape(xp.asarray(value), (1,)).astype(a.dtype)])
+
+
 def seq_table(runs, entry, start, slots: Slots):
   """[7, S+1] int32, one array (one XLA op) for every kernel of a segment: per sequence 1 if
   it runs, its pool entry (-1: padding) and its starting slot (snapshot), from runs, entry
   and start [S]; the entry past the sequences, S, does not run and has entry -1, so its rows
   get the fill 0 (`_fill_value`); then from `slots` (the segment's view, [S+1] each) the
   first body slot, their count, carry in and carry out (0 in a call of one segment)."""
-  past = lambda a, v: jnp.concatenate([jnp.asarray(a, jnp.int32), jnp.full((1,), v, jnp.int32)])
-  per_seq = [past(runs, 0), past(entry, -1), past(start, 0)]
+  per_seq = [with_trailing(jnp.asarray(a, jnp.int32), v)
+             for a, v in ((runs, 0), (entry, -1), (start, 0))]
   zero = jnp.zeros_like(per_seq[0])
   return jnp.stack(per_seq + [jnp.asarray(a, jnp.int32) if a is not None else zero
                               for a in (slots.first, slots.count, slots.carry_in,
@@ -500,11 +506,16 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_re
     _for_heads(NH, head)
 
 
-def _pool_at(plan: ChunkPlan, seqs_ref, b, h, ps):
-  """Index of sequence b's head-h, P-tile `ps` state in the pool's ssm leaf: its entry's base
-  (compact) or starting slot (snapshot)."""
+def pool_entry(plan: ChunkPlan, seqs_ref, b):
+  """Index of sequence b's state in a pool leaf (ssm or conv), from `seq_table`: its entry
+  (compact, the base), or its entry and starting slot (snapshot)."""
   e = jnp.maximum(seqs_ref[ENTRY, b], 0)
-  return (e,) + (() if plan.cfg.compact else (seqs_ref[START, b],)) + (h, ps, slice(None))
+  return (e,) if plan.cfg.compact else (e, seqs_ref[START, b])
+
+
+def _pool_at(plan: ChunkPlan, seqs_ref, b, h, ps):
+  """Index of sequence b's head-h, P-tile `ps` state in the pool's ssm leaf (`pool_entry`)."""
+  return pool_entry(plan, seqs_ref, b) + (h, ps, slice(None))
 
 
 def _start_state(plan: ChunkPlan, ssm_ref, at, seqs_ref, carry_ref, b, h, ps):
