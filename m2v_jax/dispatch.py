@@ -151,9 +151,9 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
   int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`) of R <=
   capacity rows; the conv launch rejects a sequence whose parents break the rule
-  (`tree.parent_ok`). `lead` (window [B, K-1, C] in the conv state's dtype, on [B] int32 or
-  None for all): where `on` is nonzero, a sequence's rows start from that conv window instead
-  of its state's (`verify.run`).
+  (`tree.parent_ok`). `lead` (raw rows [T, C], body end row [B], body rows [B] int32): a
+  sequence with body rows starts its conv from the window after its body instead of its
+  state's (`verify.run`).
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
@@ -183,18 +183,6 @@ def chunk_plan(cfg, backend, state, T, S, y_dtype, has_z, max_body, tiles=None
       interpret=backend == config_lib.INTERPRET, max_body=max_body)
 
 
-def conv_after_bodies(cfg, conv0, xbc, base, rb):
-  """The conv window [S, K-1, C] f32 (oldest row first) after each body of `rb` [S] rows at
-  flat rows `base` [S] of xbc [T, C], from conv0 [S, C, K-1], the state before it."""
-  K, T = cfg.d_conv, xbc.shape[0]
-  # The last K-1 raw inputs before each body's end, from [conv0 rows; xbc rows].
-  back = rb[:, None] - (K - 1) + jnp.arange(K - 1)[None, :]                  # [S, K-1]
-  body = xbc[jnp.clip(base[:, None] + back, 0, T - 1)]                       # [S, K-1, C]
-  head = jnp.take_along_axis(jnp.swapaxes(conv0, 1, 2),
-                             jnp.clip(back + K - 1, 0, K - 2)[..., None], axis=1)
-  return jnp.where((back >= 0)[..., None], body.astype(f32), head.astype(f32))
-
-
 def packed_slots(plan_: chunk_scan.ChunkPlan, base, n, span, trailing):
   """(body rows rb [S], `chunk_scan.Slots`) of S sequences at flat rows `base` with n rows and
   span rows reserved, the rows from `trailing` on filled; built on the host where `base`, n
@@ -219,7 +207,7 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   state_row, ci = args.state_row, args.cache_indices
   T, S, cap = xbc.shape[0], state_row.shape[0], cfg.capacity
   i32 = jnp.int32
-  safe, valid, pad = status.entry_status(cfg, state, R, args)
+  _, valid, pad = status.entry_status(cfg, state, R, args)
   host = isinstance(trailing, int) and all(isinstance(a, np.ndarray)
                                            for a in (args.num_rows, base, span))
   xp = np if host else jnp
@@ -232,17 +220,13 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     # Fold only valid sequences with a body (a rejected one keeps its window).
     state = fold(cfg, backend, params, state, status.call_args(
         None, None, state_row, cache_indices=jnp.where(valid & (rb > 0), ci, -1)))
-    conv0 = state.conv[safe]
     tail_row = jnp.where(valid, jnp.where(rb > 0, 0, state_row), -1).astype(i32)
   else:
-    start = jnp.where(valid, state_row, 0)
-    conv0 = state.conv[safe, start]
     if host and bool(np.all(status.rows_ok(args.num_rows, R))):
       # The tail's launch checks the entry and state_row as the prefill's did, and n is fine.
       tail_row = state_row
     else:
       tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
-  rb_run = jnp.where(valid, rb, 0)
   slot0 = jnp.where(valid, state_row, 0)
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
@@ -255,11 +239,9 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
                                      params.conv_weight, params.conv_bias, params.dt_bias)
     ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, seqs, post, dts, z,
                                           params.A_log, params.D, ssm, y, carry)
-  # The tail starts from the conv window after each body: in snapshot mode every sequence's
-  # (the state's own where there is no body); in compact mode only where there is a body (the
-  # others start from their pending window, as a verify call does).
-  lead = (conv_after_bodies(cfg, conv0, xbc, base, rb_run).astype(state.conv.dtype),
-          (rb_run > 0).astype(i32) if cfg.compact else None)
+  # The tail's conv starts from the window after each body, read from xbc (no body: from
+  # its state, as a verify call does).
+  lead = (xbc, xp.asarray(base + rb, np.int32), xp.asarray(rb, np.int32))
   state = state._replace(ssm=ssm)
   # Each sequence's last min(n, cap) rows, from row base + rb: one verify call.
   m = xp.minimum(n, cap)

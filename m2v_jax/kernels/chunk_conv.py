@@ -97,7 +97,9 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
       return tuple(win[-(K - 1):])
 
     at = chunk_scan.pool_entry(plan, seqs_ref, s)
-    first = tuple(jnp.where(opens, head_ref[at + (cols, k)].astype(f32), load(r0 - (K - 1) + k))
+    # The pool's strided window only where the block opens the body (masked elsewhere).
+    head = lambda k: backend.load(head_ref.at[at + (cols, pl.ds(k, 1))], opens)[:, 0]
+    first = tuple(jnp.where(opens, head(k).astype(f32), load(r0 - (K - 1) + k))
                   for k in range(K - 1))
     if BR == U:
       rows(0, first)

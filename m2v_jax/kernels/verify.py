@@ -33,9 +33,9 @@ class Plan:
       addresses, in the conv launch (not ruled out on the host).
     tree: the rows form a draft tree (`parents`): each row's conv window and state come
       from its parent's, y sums over its ancestors (R <= capacity).
-    lead: the conv launch takes a sequence's starting conv window from the call's `lead`
-      where its flag is set (a chunked prefill's tail: the window after its body) instead
-      of the state's.
+    lead: a chunked prefill's tail: a sequence with a body starts its conv from the window
+      after the body, read from the prefill's flat rows (`run`'s `lead`), instead of the
+      state's.
   """
 
   cfg: config_lib.Mamba2Config
@@ -122,9 +122,9 @@ def run(plan: Plan, params, state, args, parents=None, lead=None):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
   in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent;
   the conv launch rejects a sequence whose parents break `tree.parent_ok`'s rule. With
-  `plan.lead`, `lead` is (window [B, K-1, C] in the conv state's dtype, oldest row first;
-  on [B] int32, or None for every sequence): where `on` is nonzero, the sequence's rows start
-  from that conv window.
+  `plan.lead`, `lead` is (raw rows [T, C] of a chunked prefill, each sequence's body end row
+  [B] and body rows [B] int32): a sequence with body rows starts from the last K-1 raw rows
+  before its end (the conv state's newest ones where the body is shorter).
   """
   par = jnp.asarray(parents, jnp.int32) if plan.tree else None
   prepped = verify_conv.conv(plan, params, state, args, par, lead)

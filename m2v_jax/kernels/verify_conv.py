@@ -69,8 +69,8 @@ def _shared(idx_ref, b, entry, B):
 
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
-                 lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, lead_ref=None,
-                 lead_on_ref=None, w_ref, bias_ref,
+                 lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, lead_x_ref=None,
+                 lead_end_ref=None, lead_rb_ref=None, w_ref, bias_ref,
                  dtb_ref, alog_ref=None, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None,
                  conv_out_ref, last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
                  dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
@@ -84,8 +84,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     lbits_ref  [E, cap] int32                         the last call's rows' ancestor bits
     xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
     par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
-    lead_ref [B, K1, C], lead_on_ref [B] int32        starting windows, taken where on
-                                                      (`Plan.lead`; lead_on_ref None: all)
+    lead_x_ref [T, C]                                 a chunked prefill's flat raw rows
+    lead_end_ref, lead_rb_ref [B] int32               its body's end row and rows
+                                                      (`Plan.lead`; None otherwise)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
     alog_ref   [H] f32                                A_log (a tree's; None: a chain)
     conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
@@ -146,9 +147,15 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     else:
       win = [conv_ref[e, row, cs, j].astype(f32) for j in range(K1)]
     if plan.lead:
-      lead = [lead_ref[b, j, cs].astype(f32) for j in range(K1)]
-      win = lead if lead_on_ref is None else [
-          jnp.where(lead_on_ref[b] > 0, v, w) for v, w in zip(lead, win)]
+      # After a body of rb rows: the last K1 raw rows, or (rb < K1) the window's newest ones
+      # before them; rounded to the conv state's dtype, as the pool holds them.
+      rb, end, T = lead_rb_ref[b], lead_end_ref[b], lead_x_ref.shape[0]
+      raw = [lead_x_ref[jnp.clip(end - K1 + j, 0, T - 1), cs].astype(plan.conv_dtype
+                                                                      ).astype(f32)
+             for j in range(K1)]
+      old = [sum_select(rb + j, win) for j in range(K1)]
+      win = [jnp.where(rb > 0, jnp.where(rb + j >= K1, r, o), w)
+             for j, (r, o, w) in enumerate(zip(raw, old, win))]
     # Compiled (and in a tree), the kept rows' loads before the barrier (one round trip; the
     # window is read before it is overwritten); interpreted, a fori_loop: less to compile.
     raws = ([xbc_ref[b, i, cs] for i in range(body, R)] if R and (triton or plan.tree)
@@ -292,11 +299,19 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
           for j in range(K1)]
 
 
+def sum_select(i, values):
+  """values[i] for a traced i (the last value where i is past them), by selects."""
+  out = values[-1]
+  for m, v in enumerate(values[:-1]):
+    out = jnp.where(i == m, v, out)
+  return out
+
+
 def conv(plan, params, state, args, parents=None, lead=None):
   """Runs the conv launch of `plan` on `args` (`status.CallArgs`), with a tree's `parents`
   [B, R] where `plan.tree` (a sequence whose parents break `tree.parent_ok`'s rule is
-  rejected) and `lead` (window [B, K-1, C], on [B] int32 or None) where `plan.lead`; returns
-  its outputs by name."""
+  rejected) and `lead` (flat raw rows [T, C], body end row [B], body rows [B] int32) where
+  `plan.lead`; returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
@@ -311,8 +326,9 @@ def conv(plan, params, state, args, parents=None, lead=None):
                   lbits_ref=state.last_bits if plan.walk else None,
                   xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
                   par_ref=parents if plan.tree else None,
-                  lead_ref=lead[0] if plan.lead else None,
-                  lead_on_ref=lead[1] if plan.lead else None,
+                  lead_x_ref=lead[0] if plan.lead else None,
+                  lead_end_ref=lead[1] if plan.lead else None,
+                  lead_rb_ref=lead[2] if plan.lead else None,
                   w_ref=params.conv_weight,
                   bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
                   alog_ref=params.A_log if plan.tree else None,
