@@ -145,15 +145,16 @@ def check_tree(cfg, state, R):
 
 def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries_checked=True,
                 parents=None, lead=None):
-  """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state).
+  """One call of the verify kernels, any R, either mode; returns (y [B, R, H*P], new state);
+  with `lead`, y is `lead.y` with the call's rows written into it.
 
   `tiles` overrides the tile table; `entries_checked=False` has the conv launch reject shared
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
   int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`) of R <=
   capacity rows; the conv launch rejects a sequence whose parents break the rule
-  (`tree.parent_ok`). `lead` (raw rows [T, C], body end row [B], body rows [B] int32): a
-  sequence with body rows starts its conv from the window after its body instead of its
-  state's (`verify.run`).
+  (`tree.parent_ok`). `lead` (`verify.Lead`, a chunked prefill's tail): a sequence with body
+  rows starts its conv from the window after its body instead of its state's, and each
+  sequence's `lead.count` rows of y go into `lead.y` from row `lead.end` (`verify.run`).
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
@@ -201,8 +202,8 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   sequence s is rows base[s] .. + n - 1, n = `args.num_rows`[s] in [1, R] (else rejected),
   then span[s] - n rows of y to fill; rows from `trailing` on: y = 0. Where `args.num_rows`,
   base and span are numpy arrays and `trailing` an int, the layout is the host's: the slot
-  table and the rows gathered are constants of the compiled call. Returns (y [T, H*P], new
-  state)."""
+  table and each tail's first row are constants of the compiled call. Returns (y [T, H*P],
+  new state)."""
   xbc, dt, z = args.xbc, args.dt, args.z
   state_row, ci = args.state_row, args.cache_indices
   T, S, cap = xbc.shape[0], state_row.shape[0], cfg.capacity
@@ -239,17 +240,17 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
                                      params.conv_weight, params.conv_bias, params.dt_bias)
     ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, seqs, post, dts, z,
                                           params.A_log, params.D, ssm, y, carry)
-  # The tail's conv starts from the window after each body, read from xbc (no body: from
-  # its state, as a verify call does).
-  lead = (xbc, xp.asarray(base + rb, np.int32), xp.asarray(rb, np.int32))
   state = state._replace(ssm=ssm)
-  # Each sequence's last min(n, cap) rows, from row base + rb: one verify call.
-  m = xp.minimum(n, cap)
-  rows = (base + rb)[:, None] + xp.arange(cap, dtype=i32)[None, :]    # [S, cap]
-  take = lambda a: None if a is None else a[xp.clip(rows, 0, T - 1)]
-  y_tail, state = kernel_call(cfg, backend, params, state, status.call_args(
-      take(xbc), take(dt), tail_row, take(z), ci, jnp.clip(m, 1, cap)), lead=lead)
-  return chunk_scan.write_rows(p, y, y_tail, (base + rb).astype(i32), m), state
+  # Each sequence's last m = min(n, cap) rows, from row base + rb: one verify call that reads
+  # them from the flat rows and writes their y into y (the rows' arrays give it only their
+  # shapes). Its conv starts from the window after each body, read from xbc (no body: from
+  # its state, as a verify call does).
+  m = xp.minimum(n, cap).astype(np.int32)
+  rows = lambda a: None if a is None else jax.ShapeDtypeStruct((S, cap) + a.shape[1:], a.dtype)
+  return kernel_call(cfg, backend, params, state, status.call_args(
+      rows(xbc), rows(dt), tail_row, rows(z), ci, jnp.clip(m, 1, cap)),
+      lead=verify_kernels.Lead(xbc, dt, z, xp.asarray(base + rb, np.int32),
+                               xp.asarray(rb, np.int32), y, m))
 
 
 def chunked_call(cfg, backend, params, state, args: CallArgs, ragged: bool, tiles=None):

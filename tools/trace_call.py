@@ -2,7 +2,7 @@
 before it, and per call the kernels' sum against the span they cover.
 
 Runs `--calls` calls of one configuration inside one jitted step (as `benchmarks/bench.py`
-times them), traces a few steps with `jax.profiler` (CUPTI on a GPU), and reads the Perfetto
+times them, the rows an argument of the step, not constants of it), traces a few steps with `jax.profiler` (CUPTI on a GPU), and reads the Perfetto
 trace it writes. Where ncu serializes launches and times each kernel alone, this shows the
 launch gaps and anything else that runs on the device between a call's kernels:
 
@@ -132,7 +132,7 @@ def main(argv):
     par[:, 0] = -1
     parents = jnp.asarray(par)
 
-  def many(s, r, ci, nr):
+  def many(s, r, ci, nr, xbc, dt):
     ys = []
     for _ in range(K):
       args = status.call_args(xbc, dt, r, None, ci, nr)
@@ -148,19 +148,19 @@ def main(argv):
   step = jax.jit(many, donate_argnums=0)
   state = m.init_state(cfg, B, jnp.bfloat16)
   if FLAGS.copies:                     # XLA's copies in the compiled step, with their shapes
-    text = step.lower(state, rows, ci, nr).compile().as_text()
+    text = step.lower(state, rows, ci, nr, xbc, dt).compile().as_text()
     for line in text.splitlines():
       hit = re.search(r"= \w+\[([\d,]*)\]\S* (copy|copy-start|dynamic-update-slice)\(", line)
       if hit and np.prod([int(d) for d in hit.group(1).split(",") if d]) >= 1 << 16:
         print("hlo:", line.strip()[:300])
-  state, _ = step(state, jnp.zeros((B,), jnp.int32), ci, nr)     # compile; R rows pending
+  state, _ = step(state, jnp.zeros((B,), jnp.int32), ci, nr, xbc, dt)  # compile; R rows pending
   for _ in range(2):
-    state, _ = step(state, rows, ci, nr)
+    state, _ = step(state, rows, ci, nr, xbc, dt)
   jax.block_until_ready(state)
   trace_dir = tempfile.mkdtemp(prefix="m2v_trace_")
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     for _ in range(FLAGS.steps):
-      state, ys = step(state, rows, ci, nr)
+      state, ys = step(state, rows, ci, nr, xbc, dt)
     jax.block_until_ready((state, ys))
   events = device_events(trace_dir)
   per_step = len(events) // FLAGS.steps

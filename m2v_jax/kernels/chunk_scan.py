@@ -863,29 +863,6 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, 
       backend.store(y_ref.at[out_rows, pl.ds((h0 + j) * P + pid_p * BP, BP)], tile, lv)
 
 
-def _rows_kernel(*, row_ref, count_ref, src_ref, y_ref, y_out_ref, block):
-  """Writes src rows [S, cap, H*P] into y at row_ref [S], count_ref rows each, grid
-  (S, H*P / block); y_ref is aliased to y_out_ref."""
-  s, j = pl.program_id(0), pl.program_id(1)
-  cap = src_ref.shape[1]
-  cols = pl.ds(j * block, block)
-  own = lax.broadcasted_iota(jnp.int32, (cap,), 0) < count_ref[s]
-  backend.store(y_out_ref.at[pl.ds(row_ref[s], cap), cols], src_ref[s, :, cols],
-                own[:, None])
-
-
-def write_rows(plan: ChunkPlan, y, rows, row0, count):
-  """y [T, H*P] with rows [S, cap, H*P] written at row0 [S], count [S] each, in place."""
-  S, cap, HP = rows.shape
-  block = tiles_lib.pow2_divisor(HP, 1024)
-  return backend.pallas_call(
-      lambda **refs: _rows_kernel(**refs, block=block),
-      inputs=dict(row_ref=row0, count_ref=count, src_ref=rows.astype(y.dtype), y_ref=y),
-      outputs=dict(y_out_ref=jax.ShapeDtypeStruct(y.shape, y.dtype)),
-      aliases=dict(y_ref="y_out_ref"), grid=(S, HP // block), num_warps=4, num_stages=1,
-      interpret=plan.interpret, name="m2v_chunk_tail_rows")["y_out_ref"]
-
-
 def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_log, D, ssm,
                y=None, carry=None):
   """The chunked scan's kernels over one segment's slots (three with `fused_pass`, one or

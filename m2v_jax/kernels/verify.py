@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from m2v_jax import config as config_lib
@@ -15,6 +17,19 @@ from m2v_jax.kernels import verify_conv
 from m2v_jax.kernels import verify_ssm
 
 f32 = jnp.float32
+
+
+class Lead(NamedTuple):
+  """A chunked prefill's tail (`Plan.lead`): each of the B sequences' rows from its body's
+  end, read from and written into the prefill's flat arrays."""
+
+  xbc: jax.Array          # [T, C] the prefill's flat raw rows
+  dt: jax.Array           # [T, H] their raw dt
+  z: jax.Array | None     # [T, H*P] their gate, or None
+  end: jax.Array          # [B] int32 each body's end row: the tail's first row
+  body: jax.Array         # [B] int32 each sequence's body rows
+  y: jax.Array            # [T, H*P] the prefill's y, the tail's rows not yet written
+  count: jax.Array        # [B] int32 the tail's rows, from row `end`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +48,9 @@ class Plan:
       addresses, in the conv launch (not ruled out on the host).
     tree: the rows form a draft tree (`parents`): each row's conv window and state come
       from its parent's, y sums over its ancestors (R <= capacity).
-    lead: a chunked prefill's tail: a sequence with a body starts its conv from the window
-      after the body, read from the prefill's flat rows (`run`'s `lead`), instead of the
-      state's.
+    lead: a chunked prefill's tail (`Lead`): a sequence with a body starts its conv from
+      the window after the body, read from the prefill's flat rows, instead of the
+      state's, and y goes into the prefill's flat y.
   """
 
   cfg: config_lib.Mamba2Config
@@ -122,13 +137,15 @@ def run(plan: Plan, params, state, args, parents=None, lead=None):
   """The conv and SSM launches of one call (`status.CallArgs`); returns (y [B, R, H*P], None
   in a fold; new state). With `plan.tree`, `parents` [B, R] int32 gives each row's parent;
   the conv launch rejects a sequence whose parents break `tree.parent_ok`'s rule. With
-  `plan.lead`, `lead` is (raw rows [T, C] of a chunked prefill, each sequence's body end row
-  [B] and body rows [B] int32): a sequence with body rows starts from the last K-1 raw rows
-  before its end (the conv state's newest ones where the body is shorter).
+  `plan.lead`, `lead` is a `Lead`: the call's rows are each sequence's `count` rows from
+  row `end` of `lead`'s flat arrays (`args`' xbc, dt and z give only the shapes [B, R, ...]
+  and dtypes), a sequence with body rows starts from the last K-1 raw rows before its end
+  (the conv state's newest ones where the body is shorter), and the returned y is `lead.y`
+  [T, H*P] with those rows written.
   """
   par = jnp.asarray(parents, jnp.int32) if plan.tree else None
   prepped = verify_conv.conv(plan, params, state, args, par, lead)
-  out = verify_ssm.ssm(plan, params, state, prepped, args, par)
+  out = verify_ssm.ssm(plan, params, state, prepped, args, par, lead)
   if plan.compact:
     new = type(state)(ssm=out["ssm_out_ref"], conv=prepped["conv_out_ref"],
                       last_xbc=prepped["last_out_ref"], win_xb=prepped["wxb_out_ref"],

@@ -70,7 +70,7 @@ def _shared(idx_ref, b, entry, B):
 
 def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, origin_ref=None,
                  lbits_ref=None, xbc_ref=None, dt_ref=None, par_ref=None, lead_x_ref=None,
-                 lead_end_ref=None, lead_rb_ref=None, w_ref, bias_ref,
+                 lead_dt_ref=None, lead_end_ref=None, lead_rb_ref=None, w_ref, bias_ref,
                  dtb_ref, alog_ref=None, conv_ref, last_ref=None, wxb_ref=None, wdt_ref=None,
                  conv_out_ref, last_out_ref=None, wxb_out_ref=None, wdt_out_ref=None, xr_ref=None,
                  dtr_ref=None, fold_ref, path_ref=None, prev_starts_ref=None,
@@ -82,11 +82,12 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
     idx_ref, row_ref, n_ref           [B] int32       cache_indices, state_row, num_rows
     pend_ref, starts_ref, origin_ref  [E] int32       window bookkeeping (read only)
     lbits_ref  [E, cap] int32                         the last call's rows' ancestor bits
-    xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold)
+    xbc_ref [B, R, C], dt_ref [B, R, H]               raw new rows (None in a fold and
+                                                      with `Plan.lead`)
     par_ref    [B, R] int32                           a tree's parent rows (None: a chain)
-    lead_x_ref [T, C]                                 a chunked prefill's flat raw rows
-    lead_end_ref, lead_rb_ref [B] int32               its body's end row and rows
-                                                      (`Plan.lead`; None otherwise)
+    lead_x_ref [T, C], lead_dt_ref [T, H]             a chunked prefill's flat raw rows
+    lead_end_ref, lead_rb_ref [B] int32               its body's end row (the call's row 0)
+                                                      and rows (`Plan.lead`; else None)
     w_ref [C, K], bias_ref [C], dtb_ref [H]           float32 params
     alog_ref   [H] f32                                A_log (a tree's; None: a chain)
     conv_ref   [E, S, C, K1] / [E, C, K1]             -> conv_out_ref (aliased)
@@ -123,6 +124,14 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
   def kept(i, fn):
     pl.when((i >= body) & (i < n))(fn)
 
+  if plan.lead:                        # row i: flat row end + i (clamped; masked past n)
+    flat = lambda i: jnp.clip(lead_end_ref[b] + i, 0, lead_x_ref.shape[0] - 1)
+    x_row = lambda i, cs: lead_x_ref[flat(i), cs]
+    dt_row = lambda i, hs: lead_dt_ref[flat(i), hs]
+  else:
+    x_row = lambda i, cs: xbc_ref[b, i, cs]
+    dt_row = lambda i, hs: dt_ref[b, i, hs]
+
   @pl.when(valid & (pid < n_cblocks))
   def _conv():
     cs = pl.ds(pid * BC, BC)
@@ -158,8 +167,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
              for j, (r, o, w) in enumerate(zip(raw, old, win))]
     # Compiled (and in a tree), the kept rows' loads before the barrier (one round trip; the
     # window is read before it is overwritten); interpreted, a fori_loop: less to compile.
-    raws = ([xbc_ref[b, i, cs] for i in range(body, R)] if R and (triton or plan.tree)
-            else None)
+    raws = [x_row(i, cs) for i in range(body, R)] if R and (triton or plan.tree) else None
     backend.barrier(plan.interpret)
 
     def store_conv(window, *slot):
@@ -201,7 +209,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       for i in range(body, R):
         win = new_row(i, raws[i - body], win)
     else:
-      lax.fori_loop(body, R, lambda i, w: new_row(i, xbc_ref[b, i, cs], w), win)
+      lax.fori_loop(body, R, lambda i, w: new_row(i, x_row(i, cs), w), win)
     zeros = jnp.zeros((BC,), xr_ref.dtype)
     for i in range(R, plan.RT):
       xr_ref[b, i, cs] = zeros
@@ -240,7 +248,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
             kept(i, store_window)
           return dtp
 
-        raws = [dt_ref[b, i, hs] for i in range(body, R)] if triton else None
+        raws = [dt_row(i, hs) for i in range(body, R)] if triton else None
         if body:
           U, G = body_tiles(body)
 
@@ -256,7 +264,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
           A = -jnp.exp(alog_ref[hs])   # `dual.path_decay` adds them (R <= capacity)
           sums = []                    # [cum_i] of each row so far
           for i in range(R):
-            dtp = row_dt(i, raws[i] if triton else dt_ref[b, i, hs])
+            dtp = row_dt(i, raws[i] if triton else dt_row(i, hs))
             above, = at_parent(par_ref[b, i], sums, [jnp.zeros((BH,), f32)])
             sums.append([above + jnp.where(i < n, dtp * A, 0.0)])
             cum_ref[b, i, hs] = sums[-1][0]
@@ -266,7 +274,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
           for i in range(body, R):
             row_dt(i, raws[i - body])
         else:
-          lax.fori_loop(body, R, lambda i, c: (row_dt(i, dt_ref[b, i, hs]), c)[1], 0)
+          lax.fori_loop(body, R, lambda i, c: (row_dt(i, dt_row(i, hs)), c)[1], 0)
         for i in range(R, plan.RT):
           dtr_ref[b, i, hs] = jnp.zeros((BH,), f32)
 
@@ -310,8 +318,8 @@ def sum_select(i, values):
 def conv(plan, params, state, args, parents=None, lead=None):
   """Runs the conv launch of `plan` on `args` (`status.CallArgs`), with a tree's `parents`
   [B, R] where `plan.tree` (a sequence whose parents break `tree.parent_ok`'s rule is
-  rejected) and `lead` (flat raw rows [T, C], body end row [B], body rows [B] int32) where
-  `plan.lead`; returns its outputs by name."""
+  rejected) and `lead` (`verify.Lead`: the flat rows the call's rows are read from, each
+  sequence's body end row and body rows) where `plan.lead`; returns its outputs by name."""
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
   sds = jax.ShapeDtypeStruct
@@ -324,11 +332,13 @@ def conv(plan, params, state, args, parents=None, lead=None):
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
                   lbits_ref=state.last_bits if plan.walk else None,
-                  xbc_ref=args.xbc if plan.R else None, dt_ref=args.dt if plan.R else None,
+                  xbc_ref=args.xbc if plan.R and not plan.lead else None,
+                  dt_ref=args.dt if plan.R and not plan.lead else None,
                   par_ref=parents if plan.tree else None,
-                  lead_x_ref=lead[0] if plan.lead else None,
-                  lead_end_ref=lead[1] if plan.lead else None,
-                  lead_rb_ref=lead[2] if plan.lead else None,
+                  lead_x_ref=lead.xbc if plan.lead else None,
+                  lead_dt_ref=lead.dt if plan.lead else None,
+                  lead_end_ref=lead.end if plan.lead else None,
+                  lead_rb_ref=lead.body if plan.lead else None,
                   w_ref=params.conv_weight,
                   bias_ref=params.conv_bias, dtb_ref=params.dt_bias,
                   alog_ref=params.A_log if plan.tree else None,

@@ -25,8 +25,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
                 prev_origin_ref=None, xr_ref=None, dtr_ref=None, z_ref=None, par_ref=None,
                 bits_ref=None, cum_ref=None, order_ref=None, alog_ref, d_ref,
                 ssm_ref, wxb_ref=None, wdt_ref=None, pend_ref=None, starts_ref=None,
-                origin_ref=None, lbits_ref=None, ssm_out_ref, pend_out_ref=None,
-                starts_out_ref=None, origin_out_ref=None, lbits_out_ref=None, y_ref=None, plan):
+                origin_ref=None, lbits_ref=None, yin_ref=None, yrow_ref=None, ycount_ref=None,
+                ssm_out_ref, pend_out_ref=None, starts_out_ref=None, origin_out_ref=None,
+                lbits_out_ref=None, y_ref=None, plan):
   """Fold, y and states of one head's [block_p, N] state tile, grid (P / block_p, H, B).
 
   Refs (Q ring rows, XB = H*P + G*N; compact-only refs are None in snapshot mode):
@@ -35,7 +36,7 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     path_ref                          [B] int32       the folded rows' mask (`fold_path`)
     prev_starts_ref, prev_origin_ref  [B] int32       starts, origin before the call
     xr_ref [B, RT, C], dtr_ref [B, RT, H] f32         post-conv rows, processed dt
-    z_ref [B, R, H*P]                                 optional gate
+    z_ref [B, R, H*P]; [T, H*P] with `Plan.lead`      optional gate
     par_ref [B, R], bits_ref [B, KT] int32            a tree's parent rows, ancestor bits
     cum_ref    [B, KT, H] f32                         a tree's `dual.path_decay` sums
     order_ref  [B, KT] int32                          a snapshot tree's row order
@@ -44,7 +45,9 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
     wxb_ref [E, Q, XB], wdt_ref [E, Q, H]             the ring
     pend_ref, starts_ref, origin_ref  [E] int32       -> *_out_ref (aliased)
     lbits_ref  [E, cap] int32                         -> lbits_out_ref (aliased), `last_bits`
-    y_ref      [B, R, H*P]                            (None in a fold)
+    yin_ref    [T, H*P]                               -> y_ref (aliased), `Plan.lead`:
+    yrow_ref, ycount_ref [B] int32                    y's first row and rows a sequence
+    y_ref      [B, R, H*P]; [T, H*P] with `Plan.lead`  (None in a fold)
   """
   cfg, R, body, cap, KT = plan.cfg, plan.R, plan.body, plan.cap, plan.KT
   assert not (plan.tree and body), "a tree call has at most capacity rows"
@@ -69,6 +72,12 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
   xcols = pl.ds(h * P + pid_p * BP, BP)
   bcols = [pl.ds(HP + g * N + c.start, NC) for c in chunks]
   kt = lax.broadcasted_iota(jnp.int32, (KT,), 0)
+  if plan.lead:                        # y and z: the prefill's flat rows, `ycount` of them
+    y0, ycount, T = yrow_ref[b], ycount_ref[b], y_ref.shape[0]
+    y_at = lambda t, K=None: (jnp.minimum(y0 + t, T - 1) if K is None else pl.ds(y0 + t, K),
+                              xcols)
+  else:
+    y_at = lambda t, K=None: (b, t if K is None else pl.ds(t, K), xcols)
 
   def row(src_ref, dt_ref, *at):
     """One row's x [BP, 1], B chunks [1, NC] (float32) and processed dt."""
@@ -131,24 +140,32 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       anc, cum = None, segment_cum(t0, dts, K, lo)
     y = dual.outputs(S, x, bm, cm, dtv, A, D, live, mm, cum, held, anc=anc)  # [BP, K]
     if whole or (isinstance(t0, int) and t0 + K <= R):
-      at = (b, pl.ds(t0, K), xcols)
+      at = y_at(t0, K)
+      ks = lax.broadcasted_iota(jnp.int32, (K, 1), 0)
+      mask = (ks >= lo) & (ks < L) if skips(lo) else ks < L
+      if plan.lead:                    # the rows past ycount are another sequence's
+        mask = mask & (t0 + ks < ycount)
       yt = y.T                                                            # [K, BP]
       if plan.has_z:
-        yt = rowmath.gate(yt, z_ref[at].astype(f32))
+        zt = backend.load(z_ref.at[at], mask) if plan.lead else z_ref[at]
+        yt = rowmath.gate(yt, zt.astype(f32))
       yt = jnp.where(live[:, None], yt, 0.0).astype(y_ref.dtype)
-      ks = lax.broadcasted_iota(jnp.int32, (K, 1), 0)
-      if L == K and not skips(lo):
+      if L == K and not skips(lo) and not plan.lead:
         y_ref[at] = yt
       else:   # the tile's rows past L belong to the next segment, before lo to the last one
-        backend.store(y_ref.at[at], yt, (ks >= lo) & (ks < L) if skips(lo) else ks < L)
+        backend.store(y_ref.at[at], yt, mask)
       return
     cols = lax.broadcasted_iota(jnp.int32, (BP, K), 1)
 
     def store_row(t):
       yt = jnp.sum(jnp.where(cols == t, y, 0.0), axis=1)
       if plan.has_z:
-        yt = rowmath.gate(yt, z_ref[b, t0 + t, xcols].astype(f32))
-      y_ref[b, t0 + t, xcols] = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
+        yt = rowmath.gate(yt, z_ref[y_at(t0 + t)].astype(f32))
+      yt = jnp.where(t0 + t < n, yt, 0.0).astype(y_ref.dtype)
+      if plan.lead:
+        pl.when(t0 + t < ycount)(lambda: _store(y_ref, y_at(t0 + t), yt))
+      else:
+        y_ref[b, t0 + t, xcols] = yt
 
     backend.static_loop(L, store_row, plan.interpret)
 
@@ -377,20 +394,21 @@ def _ssm_kernel(*, idx_ref, row_ref, n_ref, fold_ref, path_ref=None, prev_starts
       fill = jnp.where(pad, jnp.zeros((BP,), f32), jnp.full((BP,), jnp.nan, f32))
 
       def fill_row(i, c):
-        y_ref[b, i, xcols] = fill.astype(y_ref.dtype)
+        _store(y_ref, y_at(i), fill.astype(y_ref.dtype))
         return c
 
-      lax.fori_loop(0, R, fill_row, 0)
+      lax.fori_loop(0, jnp.minimum(ycount, R) if plan.lead else R, fill_row, 0)
 
 
 def _store(ref, at, value):
   ref[at] = value
 
 
-def ssm(plan, params, state, prepped, args, parents=None):
+def ssm(plan, params, state, prepped, args, parents=None, lead=None):
   """Runs the SSM launch of `plan` on `args` (`status.CallArgs`) and the conv launch's outputs
   (a tree's ancestor bits, path decay sums and row order among them), with a tree's parents
-  [B, R] where `plan.tree`; returns its outputs by name."""
+  [B, R] where `plan.tree` and a prefill tail's `verify.Lead` where `plan.lead` (y written
+  into `lead.y`); returns its outputs by name."""
   cfg = plan.cfg
   H, P = cfg.nheads, cfg.headdim
   sds = jax.ShapeDtypeStruct
@@ -403,7 +421,8 @@ def ssm(plan, params, state, prepped, args, parents=None):
                   prev_starts_ref=prepped.get("prev_starts_ref"),
                   prev_origin_ref=prepped.get("prev_origin_ref"),
                   xr_ref=prepped.get("xr_ref"), dtr_ref=prepped.get("dtr_ref"),
-                  z_ref=args.z if plan.has_z else None, par_ref=parents,
+                  z_ref=(lead.z if plan.lead else args.z) if plan.has_z else None,
+                  par_ref=parents,
                   bits_ref=prepped.get("bits_ref"), cum_ref=prepped.get("cum_ref"),
                   order_ref=prepped.get("order_ref"),
                   alog_ref=params.A_log, d_ref=params.D,
@@ -412,16 +431,20 @@ def ssm(plan, params, state, prepped, args, parents=None):
                   pend_ref=state.pending if compact else None,
                   starts_ref=state.starts if compact else None,
                   origin_ref=state.origin if compact else None,
-                  lbits_ref=state.last_bits if plan.walk else None),
+                  lbits_ref=state.last_bits if plan.walk else None,
+                  yin_ref=lead.y if plan.lead else None,
+                  yrow_ref=lead.end if plan.lead else None,
+                  ycount_ref=lead.count if plan.lead else None),
       outputs=dict(ssm_out_ref=sds(state.ssm.shape, plan.state_dtype),
                    pend_out_ref=sds((plan.E,), i32) if compact else None,
                    starts_out_ref=sds((plan.E,), i32) if compact else None,
                    origin_out_ref=sds((plan.E,), i32) if compact else None,
                    lbits_out_ref=sds(state.last_bits.shape, i32) if plan.walk else None,
-                   y_ref=sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None),
+                   y_ref=(sds(lead.y.shape, plan.y_dtype) if plan.lead else
+                          sds((plan.B, plan.R, cfg.d_inner), plan.y_dtype) if plan.R else None)),
       aliases=dict(ssm_ref="ssm_out_ref", pend_ref="pend_out_ref",
                    starts_ref="starts_out_ref", origin_ref="origin_out_ref",
-                   lbits_ref="lbits_out_ref"),
+                   lbits_ref="lbits_out_ref", **(dict(yin_ref="y_ref") if plan.lead else {})),
       grid=(P // plan.block_p, H, plan.B),     # one sequence's heads in turn
       num_warps=plan.tiles.num_warps, num_stages=plan.tiles.num_stages,
       interpret=plan.interpret,

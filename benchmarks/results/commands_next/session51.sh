@@ -7,6 +7,14 @@
 #      only in blocks that open a body): the prefill suite's chunked case on HEAD, with
 #      lead_in, with both, twice; the timeline at R=512 with both; ncu of the body conv at
 #      R=4096 on HEAD and with head_masked.
+#   y: `ytail.patch` (the tail's SSM launch writes its y into the prefill's flat y; the rows'
+#      copy launch goes): the prefill suite's chunked case on HEAD, with it, twice; then with
+#      it the compiled tests of the prefill paths and the verify kernels (Y_TEST_S, default
+#      240), the timeline at R=512, and issue 22's figures (`session44.sh goal`).
+#   y2: `ytail2.patch` (ytail.patch, and the tail's verify launches read their rows from
+#      the prefill's flat xbc, dt and z, so XLA's gathers of them go): timelines at R=512 and
+#      4096 on HEAD, the chunked case on HEAD, with it, twice; then with it the compiled tests
+#      as in y, the timelines at R=512 and 4096, issue 22's figures.
 #   c: the compiled tests of the prefill paths and the verify conv with the patches named in
 #      PATCHES (C_TEST_S seconds, default 240).
 D=$(dirname "$0")
@@ -25,6 +33,25 @@ for s in "$@"; do
       done
       on $HM || exit 1; ncu_k $S conv_masked m2v_chunk_conv 4096; undo
       on $LI; on $HM; timeline $S 512 )
+    ;;
+  y)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/y.tgz -C /tmp s51_y" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for k in 1 2; do ser $S head$k; on $D/ytail.patch || exit 1; ser $S y$k; undo; done
+      on $D/ytail.patch || exit 1
+      gpu_tests $S "prefill or packed or ragged or segment or conv or handoff" ${Y_TEST_S:-240}
+      timeline $S 512
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt )
+    ;;
+  y2)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/y2.tgz -C /tmp s51_y2" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      mkdir -p $S/head; timeline $S/head 512; timeline $S/head 4096
+      for k in 1 2; do ser $S head$k; on $D/ytail2.patch || exit 1; ser $S y$k; undo; done
+      on $D/ytail2.patch || exit 1
+      gpu_tests $S "prefill or packed or ragged or segment or conv or handoff" ${Y_TEST_S:-240}
+      timeline $S 512; timeline $S 4096
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt )
     ;;
   c)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c.tgz -C /tmp s51_c" EXIT
