@@ -217,27 +217,33 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   n = xp.clip(args.num_rows, 0, span).astype(i32)
   p = chunk_plan(cfg, backend, state, T, S, xbc.dtype, z is not None, max(R - cap, 1), tiles)
   rb, slots = packed_slots(p, base, n, span, trailing)                # body rows of each
+  # Snapshot with every n valid (known on the host): the kernels check the entry and
+  # state_row themselves, as `status.entry_status` would (the tail's launch, the body conv).
+  known = not cfg.compact and host and bool(np.all(status.rows_ok(args.num_rows, R)))
   if cfg.compact:
     # Fold only valid sequences with a body (a rejected one keeps its window).
     state = fold(cfg, backend, params, state, status.call_args(
         None, None, state_row, cache_indices=jnp.where(valid & (rb > 0), ci, -1)))
     tail_row = jnp.where(valid, jnp.where(rb > 0, 0, state_row), -1).astype(i32)
+  elif known:
+    tail_row = state_row
   else:
-    if host and bool(np.all(status.rows_ok(args.num_rows, R))):
-      # The tail's launch checks the entry and state_row as the prefill's did, and n is fine.
-      tail_row = state_row
-    else:
-      tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
+    tail_row = jnp.where(valid | pad, state_row, -1).astype(i32)   # -1: rejected
   slot0 = jnp.where(valid, state_row, 0)
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
-    seqs = chunk_scan.seq_table(valid, ci, slot0, view)
+    if known and seg.body:          # the body conv forms the per-sequence rows of the table
+      zero = np.zeros((S,), np.int32)
+      seqs = chunk_scan.CallSeqs(chunk_scan.seq_table(zero, zero, zero, view), ci, state_row)
+    else:
+      seqs = chunk_scan.seq_table(valid, ci, slot0, view)
     rows_in = xbc
     if y is not None:
       rows_in, y = lax.optimization_barrier((xbc, y))
-    post, dts = chunk_conv.body_conv(p, seg, view, seqs, rows_in, dt, base, rb, state.conv,
-                                     params.conv_weight, params.conv_bias, params.dt_bias)
+    post, dts, seqs = chunk_conv.body_conv(p, seg, view, seqs, rows_in, dt, base, rb,
+                                           state.conv, params.conv_weight, params.conv_bias,
+                                           params.dt_bias)
     ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, seqs, post, dts, z,
                                           params.A_log, params.D, ssm, y, carry)
   state = state._replace(ssm=ssm)
@@ -248,7 +254,7 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   m = xp.minimum(n, cap).astype(np.int32)
   rows = lambda a: None if a is None else jax.ShapeDtypeStruct((S, cap) + a.shape[1:], a.dtype)
   return kernel_call(cfg, backend, params, state, status.call_args(
-      rows(xbc), rows(dt), tail_row, rows(z), ci, jnp.clip(m, 1, cap)),
+      rows(xbc), rows(dt), tail_row, rows(z), ci, xp.clip(m, 1, cap)),
       lead=verify_kernels.Lead(xbc, dt, z, xp.asarray(base + rb, np.int32),
                                xp.asarray(rb, np.int32), y, m))
 

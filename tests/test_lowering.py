@@ -176,6 +176,18 @@ def test_chunked_prefill_lowers(mode, B, R, z, segments):
   assert text.count("__gpu$xla.gpu.triton") == chunked_launches(mode, segments)
 
 
+@pytest.mark.parametrize("B,R", [(1, 512), (2, 4096), (1, 8192)])
+def test_snapshot_prefill_is_its_launches_alone(B, R):
+  """A snapshot prefill (the host's layout, every num_rows valid) lowers to its launches and
+  nothing else: the body conv forms the per-sequence table from cache_indices and state_row,
+  the tail reads its rows from the flat ones and writes y in place (reshapes are free)."""
+  text = lower(m.BOLT, B, R, chunked=True)
+  assert text.count("__gpu$xla.gpu.triton") == chunked_launches("snapshot", 2 if R > 4096 else 1)
+  ops = set(re.findall(r"stablehlo\.(\w+)", text))
+  assert ops <= {"custom_call", "constant", "optimization_barrier", "output_operand_alias",
+                 "mesh", "reshape"}, ops
+
+
 def test_segments_share_compiled_kernels():
   """A Bolt bf16 prefill of 16384 rows runs in four segments; its 10 Triton launches hold 7
   distinct kernels (XLA compiles each distinct custom call once): the conv two (the last

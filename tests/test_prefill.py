@@ -93,8 +93,9 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   before each body from its conv state, read from the pool at its entry (and, in snapshot
   mode, starting slot; bfloat16 state or inputs too), each body in its slots' scratch rows
   (L per slot) and zero past them, its processed dt beside them. conv_rows below K-1 are
-  raised, above the chunk lowered. The rows are stored in the activation dtype. Then with the second sequence not running: its dt rows are zero and the
-  first sequence's rows the same."""
+  raised, above the chunk lowered. The rows are stored in the activation dtype. Then with
+  the second sequence not running: its dt rows are zero and the first sequence's rows the
+  same."""
   cfg = small_cfg(mode=mode)
   B, R, L = 2, Rb + 8, 16
   rng = np.random.default_rng(Rb)
@@ -118,8 +119,8 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   flat_x = xbc.reshape(B * R, -1)
   view = pk.segment_view(slots, seg)
   seqs = pk.seq_table(i32([1, 1]), i32(entry), i32(start), view)
-  post, dtp = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, dt.reshape(B * R, -1), base,
-                                   rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
+  post, dtp, _ = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, dt.reshape(B * R, -1),
+                                      base, rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
   want, _ = ref_conv_prefill(cfg, p, conv0, xbc[:, :Rb])
   assert post.shape == (plan.conv_T, cfg.conv_dim) and dtp.shape == (plan.conv_T, cfg.nheads)
   assert post.dtype == dtype                      # rounded to the activations: stored so
@@ -132,13 +133,55 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
   assert_close(dtp[:, :Rb], want_dt, 1e-6, "processed dt of the bodies")
   assert_bitwise(dtp[:, Rb:], np.zeros_like(dtp[:, Rb:]), "dt past the bodies")
   seqs = pk.seq_table(i32([1, 0]), i32(entry), i32(start), view)
-  post1, dtp1 = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, dt.reshape(B * R, -1),
-                                     base, rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
+  post1, dtp1, _ = chunk_conv.body_conv(plan, seg, view, seqs, flat_x, dt.reshape(B * R, -1),
+                                        base, rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
   post1 = np.asarray(post1.astype(jnp.float32))[:B * per * L].reshape(B, per * L, -1)
   assert_bitwise(post1[0], post[0], "post-conv rows beside a sequence that does not run")
   dtp1 = np.asarray(dtp1)[:B * per * L].reshape(B, per * L, -1)
   assert_bitwise(dtp1[0], dtp[0], "dt beside a sequence that does not run")
   assert_bitwise(dtp1[1], np.zeros_like(dtp1[1]), "dt of a sequence that does not run")
+
+
+@pytest.mark.parametrize("entry,start", [([1, 0, 2], [2, 0, 7]),      # all run
+                                         ([3, -1, 0], [1, 0, 8]),      # out of pool, padding,
+                                         ([0, 2, 1], [-1, 3, 0])])     # bad state_rows
+def test_body_conv_forms_the_call_table(entry, start):
+  """Snapshot, every num_rows valid (`chunk_scan.CallSeqs`): the body conv forms the table's
+  runs, entry and start rows from cache_indices and state_row as `seq_table` holds them
+  from `status.entry_status`, returns the whole table, and writes the same rows and dt as
+  with that table."""
+  cfg = small_cfg(mode="snapshot")
+  B, Rb, L = 3, 20, 16
+  R = Rb + cfg.capacity
+  rng = np.random.default_rng(3)
+  xbc = dev(rng.normal(size=(B * R, cfg.conv_dim)), jnp.float32)
+  dt = dev(rng.normal(size=(B * R, cfg.nheads)), jnp.float32)
+  pool = dev(rng.normal(size=(B, cfg.capacity, cfg.conv_dim, cfg.d_conv - 1)), jnp.float32)
+  p = m.random_params(cfg, 3)
+  plan = pk.ChunkPlan(cfg=cfg, T=B * R, S=B, E=B, has_z=False, y_dtype=jnp.float32,
+                      interpret=True, tiles=m.ChunkTiles(chunk=L), max_body=Rb)
+  base, n = np.arange(B, dtype=np.int32) * R, np.full((B,), R, np.int32)
+  rb = n - cfg.capacity
+  slots = pk.slot_table(plan, *(pk.with_trailing(a, v) for a, v in
+                                ((base, B * R), (n, 0), (n, 0), (rb, 0))))
+  seg, = plan.segments
+  view = pk.segment_view(slots, seg)
+  ci, row = jnp.asarray(entry, jnp.int32), jnp.asarray(start, jnp.int32)
+  state = m.init_state(cfg, B, jnp.float32)
+  _, valid, _ = status.entry_status(cfg, state, R, status.call_args(
+      jnp.zeros((B, R, cfg.conv_dim)), None, row, None, ci, n))
+  want = pk.seq_table(valid, ci, jnp.where(valid, row, 0), view)
+  zero = np.zeros((B,), np.int32)
+  call = pk.CallSeqs(pk.seq_table(zero, zero, zero, view), ci, row)
+  args = (xbc, dt, base, rb, pool, p.conv_weight, p.conv_bias, p.dt_bias)
+  post, dtp, table = chunk_conv.body_conv(plan, seg, view, call, *args)
+  post0, dtp0, same = chunk_conv.body_conv(plan, seg, view, want, *args)
+  assert same is want
+  assert_bitwise(table, want, "the table")
+  runs = np.repeat(np.asarray(valid), -(-Rb // L) * L)          # each body's slots' rows
+  assert_bitwise(np.asarray(post)[:runs.size][runs], np.asarray(post0)[:runs.size][runs],
+                 "post-conv rows of the sequences that run")
+  assert_bitwise(dtp, dtp0, "processed dt")
 
 
 def test_scratch_limit_cuts_long_bodies_into_segments():

@@ -14,6 +14,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from m2v_jax import config as config_lib
+from m2v_jax import status
 from m2v_jax.kernels import backend
 from m2v_jax.kernels import rowmath
 from m2v_jax.kernels import tiles as tiles_lib
@@ -318,13 +319,38 @@ def seq_table(runs, entry, start, slots: Slots):
   it runs, its pool entry (-1: padding) and its starting slot (snapshot), from runs, entry
   and start [S]; the entry past the sequences, S, does not run and has entry -1, so its rows
   get the fill 0 (`_fill_value`); then from `slots` (the segment's view, [S+1] each) the
-  first body slot, their count, carry in and carry out (0 in a call of one segment)."""
-  per_seq = [with_trailing(jnp.asarray(a, jnp.int32), v)
+  first body slot, their count, carry in and carry out (0 in a call of one segment). numpy
+  where every input is."""
+  xp = np if all(isinstance(a, np.ndarray) or a is None
+                 for a in (runs, entry, start) + tuple(slots[4:])) else jnp
+  per_seq = [with_trailing(xp.asarray(a, np.int32), v)
              for a, v in ((runs, 0), (entry, -1), (start, 0))]
-  zero = jnp.zeros_like(per_seq[0])
-  return jnp.stack(per_seq + [jnp.asarray(a, jnp.int32) if a is not None else zero
-                              for a in (slots.first, slots.count, slots.carry_in,
-                                        slots.carry_out)])
+  zero = xp.zeros_like(per_seq[0])
+  return xp.stack(per_seq + [xp.asarray(a, np.int32) if a is not None else zero
+                             for a in (slots.first, slots.count, slots.carry_in,
+                                       slots.carry_out)])
+
+
+class CallSeqs(NamedTuple):
+  """A snapshot prefill's per-sequence table for `chunk_conv.body_conv` to complete, where the
+  host knows every num_rows is valid: the body conv forms the rows RUNS, ENTRY and START from
+  the call's cache_indices and state_row itself (`call_rows`) and returns the whole table for
+  the segment's other kernels, so no XLA op builds it."""
+
+  table: np.ndarray           # [7, S+1] int32: `seq_table`'s, its rows RUNS, ENTRY, START 0
+  cache_indices: jax.Array    # [S] int32
+  state_row: jax.Array        # [S] int32
+
+
+def call_rows(plan: ChunkPlan, entry, row, s):
+  """(runs, entry, start) of sequence s (scalars or arrays; s = S: the entry past the
+  sequences, not run, entry -1) from its cache_indices entry and state_row, as `seq_table`
+  holds them in a snapshot call whose num_rows are valid: it runs where the entry is in the
+  pool and state_row in [0, capacity) (`status.sequence_status`)."""
+  inside = s < plan.S
+  runs = inside & status.in_pool(entry, plan.E) & status.row_ok(False, plan.cfg.capacity,
+                                                                row, 0)
+  return runs.astype(jnp.int32), jnp.where(inside, entry, -1), jnp.where(runs, row, 0)
 
 
 def _fill_value(seqs_ref, s, shape):

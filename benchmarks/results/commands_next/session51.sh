@@ -15,6 +15,10 @@
 #      the prefill's flat xbc, dt and z, so XLA's gathers of them go): timelines at R=512 and
 #      4096 on HEAD, the chunked case on HEAD, with it, twice; then with it the compiled tests
 #      as in y, the timelines at R=512 and 4096, issue 22's figures.
+#   tab: `call_table.patch` (a snapshot prefill's body conv forms the per-sequence table from
+#      cache_indices and state_row and writes it for the other kernels; no XLA op is left):
+#      the chunked case on HEAD, with it, twice; with it the timeline at R=512, issue 22's
+#      figures, then the whole GPU suite (TAB_TEST_S, default 330).
 #   c: the compiled tests of the prefill paths and the verify conv with the patches named in
 #      PATCHES (C_TEST_S seconds, default 240).
 D=$(dirname "$0")
@@ -52,6 +56,15 @@ for s in "$@"; do
       gpu_tests $S "prefill or packed or ragged or segment or conv or handoff" ${Y_TEST_S:-240}
       timeline $S 512; timeline $S 4096
       OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt )
+    ;;
+  tab)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/tab.tgz -C /tmp s51_tab" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      for k in 1 2; do ser $S head$k; on $D/call_table.patch || exit 1; ser $S t$k; undo; done
+      on $D/call_table.patch || exit 1
+      timeline $S 512
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt
+      gpu_tests $S "" ${TAB_TEST_S:-330} )
     ;;
   c)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c.tgz -C /tmp s51_c" EXIT
