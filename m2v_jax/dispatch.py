@@ -152,9 +152,11 @@ def kernel_call(cfg, backend, params, state, args: CallArgs, tiles=None, entries
   entries (as `status.reject_shared` would, without a launch of its own). `parents` [B, R]
   int32 runs a draft tree (`reference.snapshot_tree_call`, `reference.compact_call`) of R <=
   capacity rows; the conv launch rejects a sequence whose parents break the rule
-  (`tree.parent_ok`). `lead` (`verify.Lead`, a chunked prefill's tail): a sequence with body
-  rows starts its conv from the window after its body instead of its state's, and each
-  sequence's `lead.count` rows of y go into `lead.y` from row `lead.end` (`verify.run`).
+  (`tree.parent_ok`). `lead` (`verify.Lead`, a chunked prefill's tail): the call's rows are
+  read from `lead`'s flat arrays at row `lead.end` (`args`' xbc, dt and z may then be
+  `jax.ShapeDtypeStruct`s: only their shapes and dtypes are used), a sequence with body rows
+  starts its conv from the window after its body instead of its state's, and each
+  sequence's `lead.count` rows of y go into `lead.y` (`verify.run`).
   """
   B, R, _ = args.xbc.shape
   if parents is not None:
@@ -233,7 +235,7 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
   ssm, y, carry = state.ssm, None, None
   for seg in p.segments:            # one after the other: a segment's scratch, then the next's
     view = chunk_scan.segment_view(slots, seg)
-    if known and seg.body:          # the body conv forms the per-sequence rows of the table
+    if known:                       # the body conv forms the per-sequence rows of the table
       zero = np.zeros((S,), np.int32)
       seqs = chunk_scan.CallSeqs(chunk_scan.seq_table(zero, zero, zero, view), ci, state_row)
     else:

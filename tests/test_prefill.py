@@ -144,14 +144,15 @@ def test_body_conv_matches_reference(Rb, conv_rows, plan_rows, dtype, conv_dtype
 
 @pytest.mark.parametrize("entry,start", [([1, 0, 2], [2, 0, 7]),      # all run
                                          ([3, -1, 0], [1, 0, 8]),      # out of pool, padding,
-                                         ([0, 2, 1], [-1, 3, 0])])     # bad state_rows
+                                         ([0, 2, 1], [-1, 3, 0]),      # bad state_rows
+                                         ([1, 0, 3, 2], [0, 7, 1, 4])])  # S+1 = 5 columns
 def test_body_conv_forms_the_call_table(entry, start):
   """Snapshot, every num_rows valid (`chunk_scan.CallSeqs`): the body conv forms the table's
   runs, entry and start rows from cache_indices and state_row as `seq_table` holds them
   from `status.entry_status`, returns the whole table, and writes the same rows and dt as
   with that table."""
   cfg = small_cfg(mode="snapshot")
-  B, Rb, L = 3, 20, 16
+  B, Rb, L = len(entry), 20, 16
   R = Rb + cfg.capacity
   rng = np.random.default_rng(3)
   xbc = dev(rng.normal(size=(B * R, cfg.conv_dim)), jnp.float32)
@@ -362,9 +363,12 @@ class PrefillChecks:
 
   @pytest.mark.parametrize("mode,R,capacity", matrix([("snapshot", 9, 8), ("snapshot", 17, 16),
                                                       ("snapshot", 77, 8), ("compact", 37, 8),
-                                                      ("compact", 77, 16)], keep={0, 4}))
+                                                      ("compact", 77, 16), ("snapshot", 10, 8),
+                                                      ("snapshot", 29, 5)], keep={0, 4, 5, 6}))
   def test_chunked_matches_reference(self, mode, R, capacity):
-    """R just above the capacity, not a multiple of the chunk, several starting states."""
+    """R just above the capacity, not a multiple of the chunk, several starting states; a
+    body shorter than the conv window (R=10: the tail's window partly the state's), a
+    capacity below the dual form's tile rows (5 of 8: the tail's y stored row by row)."""
     cfg = small_cfg(mode=mode, capacity=capacity, headdim=16)
     p = m.random_params(cfg, R)
     rng = np.random.default_rng(R)
@@ -527,7 +531,7 @@ class PrefillChecks:
   @pytest.mark.parametrize("mode,scratch_mb", matrix(
       [("snapshot", 0.03), ("compact", 0), ("snapshot", 0), ("compact", 0.03)], keep={0, 1}))
   def test_host_layout_equals_the_device_one(self, mode, scratch_mb):
-    """A prefill without `num_rows` (its slot table and tail rows built on the host) against
+    """A prefill without `num_rows` (its slot table and tails' rows built on the host) against
     the same prefill with `num_rows` = R for all (built on the device), bitwise: y and the
     pool, with a padding entry, in one scan or several segments."""
     cfg = small_cfg(mode=mode, headdim=16)

@@ -2,9 +2,10 @@
 before it, and per call the kernels' sum against the span they cover.
 
 Runs `--calls` calls of one configuration inside one jitted step (as `benchmarks/bench.py`
-times them, the rows an argument of the step, not constants of it), traces a few steps with `jax.profiler` (CUPTI on a GPU), and reads the Perfetto
-trace it writes. Where ncu serializes launches and times each kernel alone, this shows the
-launch gaps and anything else that runs on the device between a call's kernels:
+times them: the rows are arguments of the step, not constants XLA could fold), traces a few
+steps with `jax.profiler` (CUPTI on a GPU), and reads the Perfetto trace it writes. Where
+ncu serializes launches and times each kernel alone, this shows the launch gaps and anything
+else that runs on the device between a call's kernels:
 
     python tools/trace_call.py --mode=compact --batch=1 --calls=16
     python tools/trace_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=2

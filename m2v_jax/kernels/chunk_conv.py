@@ -48,7 +48,7 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
                                opens in another segment)
     head_ref  [E, S, C, K-1] / [E, C, K-1]  the pool's conv states (snapshot / compact): a
                                sequence's taps before its first row, at its entry (and
-                               starting slot) in seqs_ref
+                               starting slot), loaded only in the block that opens a body
     w_ref     [C, K] f32, bias_ref [C] f32, dtb_ref [H] f32 (dt_bias)
     post_ref  [rows, C]        post-conv rows in the activation dtype, L per body slot of the
                                segment
