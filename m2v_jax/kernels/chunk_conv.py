@@ -79,10 +79,10 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
       rows = chunk_scan.call_rows(plan, backend.load(ci_ref.at[seqs], known, other=-1),
                                   backend.load(sr_ref.at[seqs], known, other=0), k)
       for f in range(seqs_out_ref.shape[0]):
-        at = (pl.ds(f, 1), seqs)
+        field = (pl.ds(f, 1), seqs)
         v = (rows[f][None, :] if f <= chunk_scan.START else
-             backend.load(seqs_ref.at[at], cols[None, :], other=0))
-        backend.store(seqs_out_ref.at[at], v, cols[None, :])
+             backend.load(seqs_ref.at[field], cols[None, :], other=0))
+        backend.store(seqs_out_ref.at[field], v, cols[None, :])
 
   runs = (body_ref[i] > 0) & runs
 
@@ -139,10 +139,10 @@ def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xbc, dt, base, 
 
   seqs: the segment's per-sequence table (`chunk_scan.seq_table`, [7, S+1] int32; the slots
   of a sequence that does not run are left alone), returned as it is, or a
-  `chunk_scan.CallSeqs`, whose table the kernel completes; base, rb [S] int32: each sequence's first
-  row and body rows (numpy where the host knows them); conv: the pool's conv states
-  ([E, S, C, K-1] snapshot, [E, C, K-1] compact), each sequence's read at its entry and
-  starting slot in `seqs`; conv_weight [C, K], conv_bias [C], dt_bias [H] float32.
+  `chunk_scan.CallSeqs`, whose table the kernel completes; base, rb [S] int32: each
+  sequence's first row and body rows (numpy where the host knows them); conv: the pool's
+  conv states ([E, S, C, K-1] snapshot, [E, C, K-1] compact), each sequence's read at its
+  entry and starting slot; conv_weight [C, K], conv_bias [C], dt_bias [H] float32.
   """
   cfg = plan.cfg
   C, H = cfg.conv_dim, cfg.nheads
