@@ -19,6 +19,9 @@
 #      cache_indices and state_row and writes it for the other kernels; no XLA op is left):
 #      the chunked case on HEAD, with it, twice; with it the timeline at R=512, issue 22's
 #      figures, then the whole GPU suite (TAB_TEST_S, default 330).
+#   n: next session's first call (on an H200 if one comes): issue 22's figures, the
+#      timelines at R=37, 512 and 4096 (the rows now arguments of the traced step), ncu of
+#      the body conv at R=512 and 4096, then the whole GPU suite (N_TEST_S, default 480).
 #   c: the compiled tests of the prefill paths and the verify conv with the patches named in
 #      PATCHES (C_TEST_S seconds, default 240).
 D=$(dirname "$0")
@@ -65,6 +68,14 @@ for s in "$@"; do
       timeline $S 512
       OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt
       gpu_tests $S "" ${TAB_TEST_S:-330} )
+    ;;
+  n)
+    ( trap "tar czf ${OUT:-/tmp/out}/n.tgz -C /tmp s51_n" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt
+      for R in 37 512 4096; do timeline $S $R; done
+      ncu_k $S conv512 m2v_chunk_conv 512; ncu_k $S conv4096 m2v_chunk_conv 4096
+      gpu_tests $S "" ${N_TEST_S:-480} )
     ;;
   c)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c.tgz -C /tmp s51_c" EXIT
