@@ -348,8 +348,9 @@ def call_rows(plan: ChunkPlan, entry, row, s):
   holds them in a snapshot call whose num_rows are valid: it runs where the entry is in the
   pool and state_row in [0, capacity) (`status.sequence_status`)."""
   inside = s < plan.S
-  runs = inside & status.in_pool(entry, plan.E) & status.row_ok(False, plan.cfg.capacity,
-                                                                row, 0)
+  # Snapshot, nothing pending; num_rows valid: one row of one stands for them.
+  valid, _, _ = status.sequence_status(False, plan.cfg.capacity, plan.E, 1, entry, row, 1, 0)
+  runs = inside & valid
   return runs.astype(jnp.int32), jnp.where(inside, entry, -1), jnp.where(runs, row, 0)
 
 
