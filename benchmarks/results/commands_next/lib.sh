@@ -11,8 +11,8 @@ rows() {  # the benchmark rows of a run's log, the table's tile fields left out
   grep -hE "^\| (snap|comp|chunk)|rror" $1 | sort -u \
     | sed 's/num_warps=4 num_stages=1 n_cols=64 block_c=128 prep_warps=4 //' | cut -c1-220
 }
-sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant)
-  PYTHONPATH=$PWD timeout -k 5 ${T:-200} python3 benchmarks/bench.py --suites=chunk_sweep \
+sweep() {  # sweep DIR NAME ROWS VARIANTS: chunk_sweep rows (the table first, then each variant; PREC: more bench flags)
+  PYTHONPATH=$PWD timeout -k 5 ${T:-200} python3 benchmarks/bench.py --suites=chunk_sweep ${PREC} \
     --chunk_rows=$3 --chunk_variants=$4 --chunk_batch=${BATCH:-1} --out=$1/$2.json > $1/$2.log 2>&1
   echo "$2"; grep -hE "^\| c|rror" $1/$2.log | sed "s/block_p=64 num_warps.*state_stages=3//" \
     | cut -c1-230

@@ -1,0 +1,59 @@
+#!/bin/bash
+# Session 52's calls, from the repository root on HEAD:
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session52.sh STAGE...
+# Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session52/README.md.
+#   h: (for an H200) issue 22's figures (`session44.sh goal`), "highest" at R=4096, the
+#      timelines at R=37, 512 and 4096, ncu of the body conv at R=512, and the snapshot
+#      tree suite at B=32 (16 rows, chains beside).
+#   x: ncu of the body conv at R=512 (sections); chunk_sweep B=1 at "highest" (R=4096) of
+#      the fused kernel (fused_y) at 64- and 128-row chunks against the table's three
+#      kernels; chunk_sweep B=1 at bf16 of the fused kernel at 64-row chunks and 4 warps (P
+#      tiles of 64: 128 programs at B=1; of 32: 256 programs, two an SM), R=512 and 4096.
+#   u: the whole GPU suite (U_TEST_S, default 560).
+D=$(dirname "$0")
+. $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, ncu_k, run, rows
+S1=$(echo $TB | sed 's/state_stages=3/state_stages=1/; s/out_cols=32/out_cols=128/'):state_warps=8:fused_y=1  # the table's
+C64=$(echo $S1 | sed 's/chunk=128/chunk=64/; s/out_rows=128/out_rows=64/; s/out_cols=128/out_cols=64/; s/state_warps=8/state_warps=4/')
+C64P32=${C64/block_p=64/block_p=32}
+HF128=$S1; HF64=${C64/state_warps=4/state_warps=8}   # "highest": the fused kernel (8 warps)
+for s in "$@"; do
+  echo "== $s $(date -u +%H:%M:%S)"
+  S=/tmp/s52_$s; rm -rf $S; mkdir -p $S
+  case $s in
+  h)
+    ( trap "tar czf ${OUT:-/tmp/out}/h.tgz -C /tmp s52_h" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt
+      PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill \
+        --prefill_batch=1 --lengths=4096 --prefill_cases=highest --out=$S/highest.json \
+        > $S/highest.log 2>&1; grep -hE "^\| (snap|chunk)|rror" $S/highest.log | cut -c1-110
+      for R in 37 512 4096; do timeline $S $R; done
+      ncu_k $S conv512 m2v_chunk_conv 512
+      O=$S run tree M2V_STAGES=tree M2V_LIMIT_TREE=200 M2V_BENCH_ARGS="--tree_modes=snapshot \
+--batches=32 --tree_sizes=16"
+      rows $S/tree/tree.log )
+    ;;
+  x)
+    ( trap "tar czf ${OUT:-/tmp/out}/x.tgz -C /tmp s52_x" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu \
+        --clock-control none --kernel-name regex:m2v_chunk_conv --launch-skip 0 \
+        --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 \
+        --calls=1 > $S/ncu_conv512_sections.log 2>&1
+      grep -E "Duration|Registers Per|Grid Size|Waves|Achieved Occ|One or More|DRAM Through|Warp Cycles Per Issued" \
+        $S/ncu_conv512_sections.log | head -12
+      PREC="--prefill_precision=highest" T=200 sweep $S hi4096 4096 "$HF64,$HF128"
+      T=110 sweep $S r512 512 "$C64,$C64P32"
+      T=150 sweep $S r4096 4096 "$C64,$C64P32" )
+    ;;
+  u)
+    ( trap "tar czf ${OUT:-/tmp/out}/u.tgz -C /tmp s52_u" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      gpu_tests $S "" ${U_TEST_S:-560} )
+    ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
+echo "== end $(date -u +%H:%M:%S)"
