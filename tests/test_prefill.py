@@ -354,12 +354,13 @@ class PrefillChecks:
 
   backend: str
 
-  def prefill_both(self, cfg, p, state, xbc, dt, rows, z=None):
-    """(y, state) of a chunked prefill on this backend and of the reference's, from copies of
-    `state`: ((y, got), (y_ref, want))."""
+  def prefill_both(self, cfg, p, state, xbc, dt, rows, z=None, chunk_tiles=None):
+    """(y, state) of a chunked prefill on this backend (`chunk_tiles`: its tiles, else the
+    table's) and of the reference's, from copies of `state`: ((y, got), (y_ref, want))."""
     ref_state = type(state)(*map(jnp.asarray, copy_state(state)))
     want = m.prefill(cfg, p, ref_state, xbc, dt, rows, z=z, backend="reference")
-    return m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True), want
+    return m.prefill(cfg, p, state, xbc, dt, rows, z=z, backend=self.backend, chunked=True,
+                     chunk_tiles=chunk_tiles), want
 
   @pytest.mark.parametrize("mode,R,capacity", matrix([("snapshot", 9, 8), ("snapshot", 17, 16),
                                                       ("snapshot", 77, 8), ("compact", 37, 8),
@@ -383,13 +384,17 @@ class PrefillChecks:
     assert_close(y, y_ref, 1e-5, "y")
     assert_states_close(got, want, 1e-5)
 
-  @pytest.mark.parametrize("act", matrix([jnp.bfloat16, jnp.float16], keep={0}))
-  def test_highest_products_keep_float32_accuracy(self, monkeypatch, act):
+  @pytest.mark.parametrize("act,tiles", matrix([
+      (jnp.bfloat16, None), (jnp.float16, None),
+      (jnp.bfloat16, m.ChunkTiles(chunk=32, out_rows=32, fused_pass=1, fused_y=1))],
+      keep={0, 2}))
+  def test_highest_products_keep_float32_accuracy(self, monkeypatch, act, tiles):
     """"highest" products with 16-bit activations (`ChunkPlan.products`, post-conv rows
     whole: bf16 passes on the float32 operands' three parts with bfloat16, a TF32 head and
     middle with float16; interpreted with bfloat16, the passes the tensor cores would run,
-    as XLA:CPU has no TF32 dot): the final state and y within the "highest" bounds of the
-    reference (y's 16-bit roundings mostly agree; one bf16 part alone errs by ~1e-3)."""
+    as XLA:CPU has no TF32 dot), in the three kernels and in the whole scan in one
+    (`fused_y`): the final state and y within the "highest" bounds of the reference (y's
+    16-bit roundings mostly agree; one bf16 part alone errs by ~1e-3)."""
     if self.backend == "interpret" and act == jnp.bfloat16:
       real = pk.ChunkPlan.products
       monkeypatch.setattr(pk.ChunkPlan, "products", property(
@@ -401,7 +406,8 @@ class PrefillChecks:
     B, R = 2, 200
     state = random_state(cfg, B, act, rng=rng)
     xbc, dt = inputs(cfg, B, R, act, rng=rng)
-    (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, [0, 0])
+    (y, got), (y_ref, want) = self.prefill_both(cfg, p, state, xbc, dt, [0, 0],
+                                                chunk_tiles=tiles)
     st_bound, y_bound = PRECISION_BOUND["highest"]
     assert_close(got.ssm, want.ssm, st_bound, "ssm")
     assert_close(y.astype(jnp.float32), y_ref.astype(jnp.float32), y_bound, "y")

@@ -5,10 +5,15 @@
 #   h: (for an H200) issue 22's figures (`session44.sh goal`), "highest" at R=4096, the
 #      timelines at R=37, 512 and 4096, ncu of the body conv at R=512, and the snapshot
 #      tree suite at B=32 (16 rows, chains beside).
-#   x: ncu of the body conv at R=512 (sections); chunk_sweep B=1 at "highest" (R=4096) of
+#   x: chunk_sweep B=1 at "highest" (R=4096) of
 #      the fused kernel (fused_y) at 64- and 128-row chunks against the table's three
 #      kernels; chunk_sweep B=1 at bf16 of the fused kernel at 64-row chunks and 4 warps (P
 #      tiles of 64: 128 programs at B=1; of 32: 256 programs, two an SM), R=512 and 4096.
+#   hf: `highest_fused.patch` (Bolt's "highest" with bfloat16 activations in the fused
+#      kernel at 64-row chunks): the prefill suite's "highest" case at R=512 and 4096 on
+#      HEAD and with it, twice; with it, the compiled tests of the precisions and Bolt's
+#      chunked prefill (HF_TEST_S, default 240); then on HEAD ncu of the body conv at R=512
+#      (sections).
 #   u: the whole GPU suite (U_TEST_S, default 560).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, ncu_k, run, rows
@@ -36,6 +41,21 @@ for s in "$@"; do
   x)
     ( trap "tar czf ${OUT:-/tmp/out}/x.tgz -C /tmp s52_x" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      PREC="--prefill_precision=highest" T=240 sweep $S hi4096 4096 "$HF64,$HF128"
+      T=100 sweep $S r512 512 "$C64,$C64P32"
+      T=140 sweep $S r4096 4096 "$C64,$C64P32" )
+    ;;
+  hf)
+    ( HF=$D/highest_fused.patch
+      trap "undo; tar czf ${OUT:-/tmp/out}/hf.tgz -C /tmp s52_hf" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      hser() { PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=prefill \
+        --prefill_batch=1 --lengths=512,4096 --prefill_cases=highest --out=$S/$1.json \
+        > $S/$1.log 2>&1; echo $1; grep -hE "^\| (snap|chunk)|rror" $S/$1.log | cut -c1-110; }
+      for k in 1 2; do hser head$k; on $HF || exit 1; hser new$k; undo; done
+      on $HF || exit 1
+      gpu_tests $S "highest or precision or bolt_chunked" ${HF_TEST_S:-240}
+      undo
       PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 100 ncu \
         --clock-control none --kernel-name regex:m2v_chunk_conv --launch-skip 0 \
         --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
@@ -43,10 +63,7 @@ for s in "$@"; do
         python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=512 \
         --calls=1 > $S/ncu_conv512_sections.log 2>&1
       grep -E "Duration|Registers Per|Grid Size|Waves|Achieved Occ|One or More|DRAM Through|Warp Cycles Per Issued" \
-        $S/ncu_conv512_sections.log | head -12
-      PREC="--prefill_precision=highest" T=200 sweep $S hi4096 4096 "$HF64,$HF128"
-      T=110 sweep $S r512 512 "$C64,$C64P32"
-      T=150 sweep $S r4096 4096 "$C64,$C64P32" )
+        $S/ncu_conv512_sections.log | head -12 )
     ;;
   u)
     ( trap "tar czf ${OUT:-/tmp/out}/u.tgz -C /tmp s52_u" EXIT
