@@ -14,6 +14,9 @@
 #      HEAD and with it, twice; with it, the compiled tests of the precisions and Bolt's
 #      chunked prefill (HF_TEST_S, default 240); then on HEAD ncu of the body conv at R=512
 #      (sections).
+#   z: chunk_sweep B=1 at "highest" of the fused kernel at 64-row chunks against the
+#      table's three kernels, R=4096 and 512; then `highest_fused.patch` applied, the
+#      compiled tests as in hf (Z_TEST_S, default 230).
 #   u: the whole GPU suite (U_TEST_S, default 560).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, ncu_k, run, rows
@@ -44,6 +47,14 @@ for s in "$@"; do
       PREC="--prefill_precision=highest" T=240 sweep $S hi4096 4096 "$HF64,$HF128"
       T=100 sweep $S r512 512 "$C64,$C64P32"
       T=140 sweep $S r4096 4096 "$C64,$C64P32" )
+    ;;
+  z)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/z.tgz -C /tmp s52_z" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      PREC="--prefill_precision=highest" T=200 sweep $S hi4096 4096 "$HF64"
+      PREC="--prefill_precision=highest" T=100 sweep $S hi512 512 "$HF64"
+      on $D/highest_fused.patch || exit 1
+      gpu_tests $S "highest or precision or bolt_chunked" ${Z_TEST_S:-230} )
     ;;
   hf)
     ( HF=$D/highest_fused.patch
