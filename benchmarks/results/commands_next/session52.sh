@@ -14,8 +14,8 @@
 #      HEAD and with it, twice; with it, the compiled tests of the precisions and Bolt's
 #      chunked prefill (HF_TEST_S, default 240); then on HEAD ncu of the body conv at R=512
 #      (sections).
-#   z: chunk_sweep B=1 at "highest" of the fused kernel at 64-row chunks against the
-#      table's three kernels, R=4096 and 512; then `highest_fused.patch` applied, the
+#   z: chunk_sweep B=1 at "highest" of the fused kernel at 64-row chunks (at R=4096 also
+#      with y in 32-row blocks) against the table's three kernels, R=4096 and 512; then `highest_fused.patch` applied, the
 #      compiled tests as in hf (Z_TEST_S, default 230).
 #   u: the whole GPU suite (U_TEST_S, default 560).
 D=$(dirname "$0")
@@ -24,6 +24,7 @@ S1=$(echo $TB | sed 's/state_stages=3/state_stages=1/; s/out_cols=32/out_cols=12
 C64=$(echo $S1 | sed 's/chunk=128/chunk=64/; s/out_rows=128/out_rows=64/; s/out_cols=128/out_cols=64/; s/state_warps=8/state_warps=4/')
 C64P32=${C64/block_p=64/block_p=32}
 HF128=$S1; HF64=${C64/state_warps=4/state_warps=8}   # "highest": the fused kernel (8 warps)
+HF64R32=${HF64/out_rows=64:out_cols=64/out_rows=32:out_cols=32}   # its y in 32-row blocks
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   S=/tmp/s52_$s; rm -rf $S; mkdir -p $S
@@ -51,7 +52,7 @@ for s in "$@"; do
   z)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/z.tgz -C /tmp s52_z" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      PREC="--prefill_precision=highest" T=200 sweep $S hi4096 4096 "$HF64"
+      PREC="--prefill_precision=highest" T=220 sweep $S hi4096 4096 "$HF64,$HF64R32"
       PREC="--prefill_precision=highest" T=100 sweep $S hi512 512 "$HF64"
       on $D/highest_fused.patch || exit 1
       gpu_tests $S "highest or precision or bolt_chunked" ${Z_TEST_S:-230} )
