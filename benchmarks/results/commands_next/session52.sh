@@ -17,6 +17,10 @@
 #   z: chunk_sweep B=1 at "highest" of the fused kernel at 64-row chunks (at R=4096 also
 #      with y in 32-row blocks) against the table's three kernels, R=4096 and 512; then `highest_fused.patch` applied, the
 #      compiled tests as in hf (Z_TEST_S, default 230).
+#   l: on the tree as it stands (Bolt's bf16 entry at 64-row chunks and 4 warps, "highest"
+#      with bfloat16 activations in the fused kernel): issue 22's figures, then the compiled
+#      tests of the prefill paths, the verify conv, the hand-offs and the precisions
+#      (L_TEST_S, default 260).
 #   u: the whole GPU suite (U_TEST_S, default 560).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, ncu_k, run, rows
@@ -56,6 +60,13 @@ for s in "$@"; do
       PREC="--prefill_precision=highest" T=100 sweep $S hi512 512 "$HF64"
       on $D/highest_fused.patch || exit 1
       gpu_tests $S "highest or precision or bolt_chunked" ${Z_TEST_S:-230} )
+    ;;
+  l)
+    ( trap "tar czf ${OUT:-/tmp/out}/l.tgz -C /tmp s52_l" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      OUT=$S bash $D/session44.sh goal > $S/goal.txt 2>&1; tail -9 $S/goal.txt
+      gpu_tests $S "prefill or packed or ragged or segment or conv or handoff or highest or precision" \
+        ${L_TEST_S:-260} )
     ;;
   hf)
     ( HF=$D/highest_fused.patch
