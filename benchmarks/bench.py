@@ -751,7 +751,8 @@ def suite_chunk_sweep(bw, banks, blocks, dtype, R=4096, variants=DEFAULT_CHUNK_V
   params = params_lib.random_params(snap)
   shapes = [tiles_lib.ChunkTiles.from_text(v) for v in variants]
   variants = []        # the table's first; P tiles as the kernels shrink them, no duplicates
-  for tiles in [tiles_lib.chunk_tile_config(snap, snap.prefill_precision_for(dtype))] + shapes:
+  table = tiles_lib.chunk_tile_config(snap, snap.prefill_precision_for(dtype), dtype)
+  for tiles in [table] + shapes:
     tiles = dataclasses.replace(
         tiles, block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.block_p),
         local_block_p=tiles_lib.pow2_divisor(snap.headdim, tiles.local_block_p))

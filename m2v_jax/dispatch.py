@@ -182,7 +182,8 @@ def chunk_plan(cfg, backend, state, T, S, y_dtype, has_z, max_body, tiles=None
   table."""
   return chunk_scan.ChunkPlan(
       cfg=cfg, T=T, S=S, E=state.ssm.shape[0], has_z=has_z, y_dtype=jnp.dtype(y_dtype),
-      tiles=tiles or tiles_lib.chunk_tile_config(cfg, cfg.prefill_precision_for(y_dtype)),
+      tiles=tiles or tiles_lib.chunk_tile_config(cfg, cfg.prefill_precision_for(y_dtype),
+                                                 y_dtype),
       interpret=backend == config_lib.INTERPRET, max_body=max_body)
 
 

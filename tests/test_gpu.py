@@ -205,13 +205,15 @@ def test_bolt_state_updated_in_place(mode):
 
 @pytest.mark.parametrize("mode", ["snapshot", "compact"])
 @pytest.mark.parametrize("R", [37, 512, 4096])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_bolt_chunked_prefill_matches_reference(mode, R, dtype):
-  """The chunked scan at its default precision against the serial recurrence (float32 math
-  on the same inputs): float32 activations take 3-pass TF32 products, within 1e-5 (one TF32
-  pass, the JAX default, would not be); bfloat16 ones take bf16 products, the final state
-  within `PRECISION_BOUND["bf16"]` (y is rounded to bfloat16 either way)."""
-  cfg = BOLT.replace(replay_mode=mode)
+@pytest.mark.parametrize("dtype,precision", [(jnp.float32, None), (jnp.bfloat16, None),
+                                             (jnp.bfloat16, "highest")])
+def test_bolt_chunked_prefill_matches_reference(mode, R, dtype, precision):
+  """The chunked scan at its default precision (and bfloat16 at "highest") against the
+  serial recurrence (float32 math on the same inputs): float32 activations take 3-pass TF32
+  products, within 1e-5 (one TF32 pass, the JAX default, would not be); bfloat16 ones take
+  bf16 products, the final state within `PRECISION_BOUND["bf16"]`, or at "highest" three
+  bf16 passes of each float32 operand, within 1e-5 (y is rounded to bfloat16 either way)."""
+  cfg = BOLT.replace(replay_mode=mode, prefill_precision=precision)
   rng = np.random.default_rng(R)
   p = m.random_params(cfg, R)
   B = 2

@@ -113,14 +113,16 @@ def test_16bit_state_takes_fewer_y_passes(act, R, fewer):
 
 
 @pytest.mark.parametrize("act,passes", [
-    (jnp.bfloat16, {"cb": ["bf16"], "states": ["bf16"] * 3, "out": ["bf16"] * 6}),
+    (jnp.bfloat16, {"fused": ["bf16"] * 3 + ["bf16"] + ["bf16"] * 3 + ["bf16"] * 3}),
     (jnp.float16, {"cb": ["tf32"], "states": ["tf32"] * 2, "out": ["tf32"] * 4}),
     (jnp.float32, {"cb": ["tf32x3"], "states": ["tf32x3"], "out": ["tf32x3"] * 2})])
 def test_highest_prefill_keeps_activation_operands_whole(act, passes):
   """At "highest" the chunked prefill's products keep 16-bit post-conv rows (x, B, C) whole:
   C·Bᵀ one pass; a product with a float32 operand (decay-weighted B or C·Bᵀ, the starting
-  state) three bf16 passes on its parts (bfloat16 activations) or a TF32 head and middle
-  (float16); float32 activations keep three TF32 passes of every product."""
+  state) three bf16 passes on its parts (bfloat16 activations: in the one kernel of the
+  table's entry, C·stᵀ, C·Bᵀ, the causal sum and the state's update in that order) or a
+  TF32 head and middle (float16); float32 activations keep three TF32 passes of every
+  product."""
   cfg = m.BOLT.replace(prefill_precision="highest")
   irs = backend.triton_kernels(
       lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,

@@ -68,7 +68,7 @@ def main(argv):
     cases.append((len(lengths), sum(lengths), sum(lengths), True))
   for name in FLAGS.dtypes:
     dtype = jnp.dtype(name)
-    table = m.chunk_tile_config(cfg, cfg.prefill_precision_for(dtype))
+    table = m.chunk_tile_config(cfg, cfg.prefill_precision_for(dtype), dtype)
     for S, T, R, packed in cases:
       for tiles in (table, dataclasses.replace(table, scratch_mb=0)):
         temp, seconds, plan = _case(cfg, dtype, S, T, R, tiles, packed)

@@ -280,9 +280,9 @@ class ChunkTiles:
 _BOLT_CHUNK_TILES = ChunkTiles(chunk=64, block_p=16, num_warps=4, num_stages=1,
                                local_block_p=64, state_warps=4, state_heads=16,
                                state_stages=2, out_warps=4, out_heads=1, out_stages=1)
-_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=128, out_rows=128,
-                                             out_cols=128, block_p=64, fused_pass=1,
-                                             fused_y=1, state_stages=1, state_warps=8)
+_BOLT_CHUNK_TILES_BF16 = dataclasses.replace(_BOLT_CHUNK_TILES, chunk=64, out_rows=64,
+                                             out_cols=64, block_p=64, fused_pass=1,
+                                             fused_y=1, state_stages=1, state_warps=4)
 # Bolt's bf16 entry before fused_y: the fused pass, then the output kernel in whole chunks.
 _BOLT_CHUNK_TILES_BF16_KERNELS = dataclasses.replace(
     _BOLT_CHUNK_TILES, chunk=128, out_rows=128, block_p=64, fused_pass=1, state_stages=3,
@@ -292,21 +292,33 @@ _BOLT_CHUNK_TILES_BF16_KERNELS = dataclasses.replace(
 _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, float32 products: 128-row chunks spill registers at 3-pass TF32.
     (128, 64, 128, False): _BOLT_CHUNK_TILES,
-    # Bolt, bf16 products: 128-row chunks, the whole scan in one kernel (`fused_y`: 0.96x
-    # the time of the entry before it at R=512 and 4096; P tiles of 64, 8 warps, the
-    # chunk's y and causal sum in one block, one stage: 0.98x the time of two or three
-    # stages at R=512, 0.99x at 4096; 64-column blocks 1.01x, 64-row blocks 1.52x; H100,
-    # 2026-12-07: BENCHMARKS.md, "Session 48"). Three stages of 64-column blocks would need
-    # 362 KB of shared memory, above the 227 KB a block may have.
+    # Bolt, bf16 products: the whole scan in one kernel (`fused_y`: 0.96x the time of the
+    # entry before it, "Session 48"), P tiles of 64, the chunk's y and causal sum in one
+    # block, one stage, 64-row chunks in 4 warps: against 128-row chunks in 8 warps 0.93x
+    # the time at R=512 and 1.01x at 4096 (B=1), and 8 packed prompts 0.79x, as two
+    # programs fit an SM where a call has more than one an SM (H100, 2026-12-07:
+    # BENCHMARKS.md, "Session 52").
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes; at bf16 the three kernels (not
     # timed with fused_y, whose 64 programs a sequence would leave half the SMs idle at B=1).
     (64, 64, 128, False): _BOLT_CHUNK_TILES,
     (64, 64, 128, True): _BOLT_CHUNK_TILES_BF16_KERNELS,
 }
+# ChunkTiles by (nheads, headdim, dstate) at "highest" with bfloat16 activations (the float32
+# operands' products in three bf16 passes, `backend.Products`).
+_CHUNK_TILE_TABLE_HIGHEST_BF16: dict[tuple[int, int, int], ChunkTiles] = {
+    # Bolt: the whole scan in one kernel at 64-row chunks and 8 warps: 0.61x the time of
+    # the three kernels at R=4096, 0.89x at 512, the same error (H100, "Session 52").
+    (128, 64, 128): dataclasses.replace(_BOLT_CHUNK_TILES_BF16, state_warps=8),
+}
 
 
-def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest") -> ChunkTiles:
-  """The chunked-prefill tiles for `cfg` and a product precision: its table entry, else defaults."""
-  key = (cfg.nheads, cfg.headdim, cfg.dstate, precision == config_lib.BF16)
-  return _CHUNK_TILE_TABLE.get(key, ChunkTiles())
+def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest",
+                      act_dtype=None) -> ChunkTiles:
+  """The chunked-prefill tiles for `cfg`, a product precision and the activation dtype
+  (None: float32): its table entry, else defaults."""
+  shape = (cfg.nheads, cfg.headdim, cfg.dstate)
+  if (precision == config_lib.HIGHEST and act_dtype is not None
+      and jnp.dtype(act_dtype) == jnp.bfloat16 and shape in _CHUNK_TILE_TABLE_HIGHEST_BF16):
+    return _CHUNK_TILE_TABLE_HIGHEST_BF16[shape]
+  return _CHUNK_TILE_TABLE.get(shape + (precision == config_lib.BF16,), ChunkTiles())
