@@ -91,10 +91,10 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   each sequence hands off as a prefill of its own n rows (ragged).
 
   Args, returns: as `verify`, plus `chunked` (ignored by the reference backend) and
-  `chunk_tiles` (overrides `chunk_tile_config`). The chunked path's scratch grows with B x R
-  up to `ChunkTiles.scratch_mb` (100 MB by default) per sequence, past which the body runs in
-  segments (docs/design.md, "Segments"); prompts of different lengths are better given to
-  `prefill_packed`.
+  `chunk_tiles` (overrides `chunk_tile_config(cfg, precision, xbc.dtype)`, the default). The
+  chunked path's scratch grows with B x R up to `ChunkTiles.scratch_mb` (100 MB by default)
+  per sequence, past which the body runs in segments (docs/design.md, "Segments"); prompts
+  of different lengths are better given to `prefill_packed`.
 
   Raises:
     ValueError / TypeError: as `verify` (any R); `chunked=True` or a ragged R > capacity on a
@@ -141,8 +141,8 @@ def prefill_packed(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc
     xbc: [T, C] raw rows of all prompts; dt: [T, H]; float32, bfloat16 or float16.
     cu_seqlens: [S+1] int32 offsets: 0 first, increasing (every prompt has a row), at most T.
     state_row: [S] int32 (or one int for all), as in `prefill`.
-    chunk_tiles: overrides `chunk_tile_config` (its `scratch_mb` bounds the scratch to that
-      many MB per prompt).
+    chunk_tiles: overrides `chunk_tile_config(cfg, precision, xbc.dtype)` (its `scratch_mb`
+      bounds the scratch to that many MB per prompt).
 
   Returns:
     (y [T, H*P] in xbc's dtype, 0 past cu_seqlens[S]; new state). A prompt rejected on the

@@ -113,25 +113,31 @@ def test_16bit_state_takes_fewer_y_passes(act, R, fewer):
 
 
 @pytest.mark.parametrize("act,passes", [
-    (jnp.bfloat16, {"fused": ["bf16"] * 3 + ["bf16"] + ["bf16"] * 3 + ["bf16"] * 3}),
+    (jnp.bfloat16, {"fused": ["bf16 64x128*128x64"] * 4 + ["bf16 64x64*64x64"] * 3
+                    + ["bf16 64x64*64x128"] * 3}),
     (jnp.float16, {"cb": ["tf32"], "states": ["tf32"] * 2, "out": ["tf32"] * 4}),
     (jnp.float32, {"cb": ["tf32x3"], "states": ["tf32x3"], "out": ["tf32x3"] * 2})])
 def test_highest_prefill_keeps_activation_operands_whole(act, passes):
   """At "highest" the chunked prefill's products keep 16-bit post-conv rows (x, B, C) whole:
   C·Bᵀ one pass; a product with a float32 operand (decay-weighted B or C·Bᵀ, the starting
   state) three bf16 passes on its parts (bfloat16 activations: in the one kernel of the
-  table's entry, C·stᵀ, C·Bᵀ, the causal sum and the state's update in that order) or a
-  TF32 head and middle (float16); float32 activations keep three TF32 passes of every
-  product."""
+  table's entry, by the operands' shapes C·stᵀ's three and C·Bᵀ's one [64, N]·[N, P], the
+  causal sum's three [64, 64]·[64, P], the state update's three [64, 64]·[64, N]) or a TF32
+  head and middle (float16); float32 activations keep three TF32 passes of every product."""
   cfg = m.BOLT.replace(prefill_precision="highest")
   irs = backend.triton_kernels(
       lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,
                                     ragged=False),
       *dispatch.abstract_call_args(cfg, 1, 200, dtype=act), donate_argnums=(1,))
   for kernel, want in passes.items():
-    dots = re.findall(r"tt\.dot .*inputPrecision = (\w+) : tensor<\w+x(\w+)>",
+    dots = re.findall(r"tt\.dot .*inputPrecision = (\w+) : tensor<(\w+)> \* tensor<(\w+)>",
                       irs[f"m2v_chunk_{kernel}_snapshot"][0])
-    got = ["bf16" if operand == "bf16" else precision for precision, operand in dots]
+    split = lambda t: t.rsplit("x", 1)               # (shape, element type)
+    got = []
+    for precision, a, b in dots:
+      (sa, operand), (sb, _) = split(a), split(b)
+      p = "bf16" if operand == "bf16" else precision
+      got.append(f"{p} {sa}*{sb}" if " " in want[0] else p)
     assert got == want, kernel
 
 

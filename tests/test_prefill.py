@@ -212,7 +212,7 @@ def test_scratch_limit_cuts_long_bodies_into_segments():
   rb = 8192 - m.BOLT.capacity
   t = pk.slot_table(p, i32([0, 8192, 16384]), i32([8192, 8192, 0]), i32([8192, 8192, 0]),
                     i32([rb, rb, 0]))
-  half = -(-rb // tiles.chunk) // 2                    # each segment's slots of a body
+  half = 64                      # each segment's 64-row slots of a body of 8184 rows (128)
   assert np.asarray(t.count).tolist() == [[half, half, 0], [half, half, 0]]
   assert np.asarray(t.carry_out).tolist() == [[1, 1, 0], [0, 0, 0]]
   body = np.asarray(t.body)

@@ -295,9 +295,9 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
     # Bolt, bf16 products: the whole scan in one kernel (`fused_y`: 0.96x the time of the
     # entry before it, "Session 48"), P tiles of 64, the chunk's y and causal sum in one
     # block, one stage, 64-row chunks in 4 warps: against 128-row chunks in 8 warps 0.93x
-    # the time at R=512 and 1.01x at 4096 (B=1), and 8 packed prompts 0.79x, as two
-    # programs fit an SM where a call has more than one an SM (H100, 2026-12-07:
-    # BENCHMARKS.md, "Session 52").
+    # the time at R=512 and 1.01x at 4096 (B=1, interleaved); two programs fit an SM, which
+    # a call with more programs than SMs uses (8 packed prompts: 0.79x session 51's time on
+    # another H100; BENCHMARKS.md, "Session 52").
     (128, 64, 128, True): _BOLT_CHUNK_TILES_BF16,
     # Bolt split over 2 devices: the same per-group shapes; at bf16 the three kernels (not
     # timed with fused_y, whose 64 programs a sequence would leave half the SMs idle at B=1).
@@ -315,8 +315,9 @@ _CHUNK_TILE_TABLE_HIGHEST_BF16: dict[tuple[int, int, int], ChunkTiles] = {
 
 def chunk_tile_config(cfg: config_lib.Mamba2Config, precision: str = "highest",
                       act_dtype=None) -> ChunkTiles:
-  """The chunked-prefill tiles for `cfg`, a product precision and the activation dtype
-  (None: float32): its table entry, else defaults."""
+  """The chunked-prefill tiles for `cfg`, a product precision and the activation dtype: its
+  table entry, else defaults. `act_dtype` None is taken as float32: "highest" with bfloat16
+  activations has entries of its own (the fused kernel), which only a given bfloat16 picks."""
   shape = (cfg.nheads, cfg.headdim, cfg.dstate)
   if (precision == config_lib.HIGHEST and act_dtype is not None
       and jnp.dtype(act_dtype) == jnp.bfloat16 and shape in _CHUNK_TILE_TABLE_HIGHEST_BF16):
