@@ -21,6 +21,9 @@
 #      with bfloat16 activations in the fused kernel): issue 22's figures, then the compiled
 #      tests of the prefill paths, the verify conv, the hand-offs and the precisions
 #      (L_TEST_S, default 260).
+#   th: the serial / chunked ties at B=1 (bf16 activations): serial against chunked (bf16
+#      products) at R=104-296, serial against chunked "highest" at R=232-472; the
+#      thresholds (`dispatch.MIN_CHUNKED_ROWS*`) were set against the earlier kernels.
 #   u: the whole GPU suite (U_TEST_S, default 560).
 D=$(dirname "$0")
 . $D/lib.sh   # TB, ser, timeline, sweep, gpu_tests, ncu_k, run, rows
@@ -87,6 +90,17 @@ for s in "$@"; do
         --calls=1 > $S/ncu_conv512_sections.log 2>&1
       grep -E "Duration|Registers Per|Grid Size|Waves|Achieved Occ|One or More|DRAM Through|Warp Cycles Per Issued" \
         $S/ncu_conv512_sections.log | head -12 )
+    ;;
+  th)
+    ( trap "tar czf ${OUT:-/tmp/out}/th.tgz -C /tmp s52_th" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      for spec in 104,136,168,232,296:serial,chunked 232,296,360,408,472:serial,highest; do
+        n=th_$(echo ${spec#*:} | tr , _)
+        PYTHONPATH=$PWD timeout -k 5 200 python3 benchmarks/bench.py --suites=prefill \
+          --prefill_batch=1 --lengths=${spec%:*} --prefill_cases=${spec#*:} \
+          --out=$S/$n.json > $S/$n.log 2>&1
+        grep -hE "^\| (snap|comp)|rror" $S/$n.log | cut -c1-110
+      done )
     ;;
   u)
     ( trap "tar czf ${OUT:-/tmp/out}/u.tgz -C /tmp s52_u" EXIT
