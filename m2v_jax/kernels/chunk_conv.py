@@ -69,7 +69,7 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
     at = chunk_scan.pool_entry(plan, seqs_ref, s)
   else:
     runs, entry, start = chunk_scan.call_rows(plan, ci_ref[s], sr_ref[s], seq_ref[i])
-    runs, at = runs > 0, (jnp.maximum(entry, 0), start)
+    runs, at = runs > 0, chunk_scan.pool_index(plan, entry, start)
 
     @pl.when((q == 0) & (j == 0))
     def _table():                    # the table's S+1 columns as one padded vector

@@ -533,11 +533,17 @@ def _chunk_states_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_re
     _for_heads(NH, head)
 
 
+def pool_index(plan: ChunkPlan, entry, start):
+  """Index of a state in a pool leaf (ssm or conv): its entry (-1 read as 0; compact, the
+  base), or its entry and starting slot (snapshot)."""
+  e = jnp.maximum(entry, 0)
+  return (e,) if plan.cfg.compact else (e, start)
+
+
 def pool_entry(plan: ChunkPlan, seqs_ref, b):
-  """Index of sequence b's state in a pool leaf (ssm or conv), from `seq_table`: its entry
-  (compact, the base), or its entry and starting slot (snapshot)."""
-  e = jnp.maximum(seqs_ref[ENTRY, b], 0)
-  return (e,) if plan.cfg.compact else (e, seqs_ref[START, b])
+  """Index of sequence b's state in a pool leaf, from `seq_table` (`pool_index`)."""
+  return pool_index(plan, seqs_ref[ENTRY, b],
+                    None if plan.cfg.compact else seqs_ref[START, b])
 
 
 def _pool_at(plan: ChunkPlan, seqs_ref, b, h, ps):

@@ -162,7 +162,8 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       raw = [lead_x_ref[jnp.clip(end - K1 + j, 0, T - 1), cs].astype(plan.conv_dtype
                                                                       ).astype(f32)
              for j in range(K1)]
-      old = [sum_select(rb + j, win) for j in range(K1)]
+      old = [at_parent(rb + j, [[v] for v in win[:-1]], [win[-1]])[0]   # win[rb + j]
+             for j in range(K1)]
       win = [jnp.where(rb > 0, jnp.where(rb + j >= K1, r, o), w)
              for j, (r, o, w) in enumerate(zip(raw, old, win))]
     # Compiled (and in a tree), the kept rows' loads before the barrier (one round trip; the
@@ -305,14 +306,6 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
   lax.fori_loop(0, G, tile, 0)
   return [xbc_ref[b, body - K1 + j, cs].astype(f32) if body - K1 + j >= 0 else win[body + j]
           for j in range(K1)]
-
-
-def sum_select(i, values):
-  """values[i] for a traced i (the last value where i is past them), by selects."""
-  out = values[-1]
-  for m, v in enumerate(values[:-1]):
-    out = jnp.where(i == m, v, out)
-  return out
 
 
 def conv(plan, params, state, args, parents=None, lead=None):
