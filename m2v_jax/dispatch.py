@@ -30,20 +30,20 @@ from m2v_jax.status import CallArgs
 
 f32 = jnp.float32
 
-# Body rows from which `prefill` takes the chunked path by default: the ties at B=1 of the
-# verify kernels' body (32-row products) with the chunked scan (BENCHMARKS.md, "Prefill: short
-# prompts in 32-row products", "Session 38"): bf16 products; "highest" products on 16-bit
-# activations; and float32 activations (not bf16 products), whose serial products take more
-# passes (float32: re-measured in "Session 41", the tie between 32 and 48 body rows).
-# Measured at B=1 with bf16 or float32 activations; tf32 products and float16
-# activations share the figure of their activations' width (not measured on their own).
-# With bf16 products and B >= 2 the verify kernels' programs fill more of the GPU: at B=4
-# and 8 (H100) the serial path is faster up to 352 body rows; at 392 the two tie at B=2, 4
-# and 8 (0.99-1.03x) and from 456 the chunked one is faster (BENCHMARKS.md, "Session 39"
-# and "Session 40"): `MIN_CHUNKED_ROWS_BF16_BATCHED`.
+# Body rows from which `prefill` takes the chunked path by default: the ties of the verify
+# kernels' body (32-row products) with the chunked scan (BENCHMARKS.md, "Session 53"; H100,
+# Bolt, bf16 activations). bf16 products: at B=1 serial / chunked time 0.84 at 29 body rows,
+# 1.02 at 40, 1.13 at 96; at B=2 and 8 1.03 and 1.00 at 64, 1.23 and 1.15 at 128. "highest"
+# with bfloat16 activations at B=1: 0.99 at 288, 1.04 at 352 (against the fused kernel in
+# P tiles of 64; the table's P tiles of 32 took 0.85x that time at R=512). Not measured
+# again: float32 activations (not bf16 products; their serial products take more passes,
+# the tie between 32 and 48 body rows, "Session 41"), "highest" at B >= 2, tf32 products and
+# float16 activations (the tie of 16-bit activations at "highest" against the three
+# kernels, "Session 38").
 MIN_CHUNKED_ROWS = 400
-MIN_CHUNKED_ROWS_BF16 = 160
-MIN_CHUNKED_ROWS_BF16_BATCHED = 360
+MIN_CHUNKED_ROWS_BF16 = 40
+MIN_CHUNKED_ROWS_BF16_BATCHED = 64
+MIN_CHUNKED_ROWS_HIGHEST_BF16 = 288
 MIN_CHUNKED_ROWS_F32 = 40
 
 
@@ -64,6 +64,7 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   """Whether a prefill of `batch` sequences of R rows runs its body through the chunked scan:
   `chunked` if given, else on the kernel backends for bodies of at least `MIN_CHUNKED_ROWS`
   (with bf16 products `MIN_CHUNKED_ROWS_BF16` at B=1, `MIN_CHUNKED_ROWS_BF16_BATCHED` above;
+  "highest" with bfloat16 activations at B=1 `MIN_CHUNKED_ROWS_HIGHEST_BF16`;
   `MIN_CHUNKED_ROWS_F32` with float32 activations and other products). `batch` counts the
   call's sequences (padding entries too; under `sharding.sharded`, one device's). A ragged
   prefill (`num_rows` with R > capacity) must take it. Raises ValueError where the path asked
@@ -80,8 +81,12 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
                           f"does not take"))
     chunked = True
   if chunked is None:
-    if cfg.prefill_precision_for(dtype) == config_lib.BF16:
+    precision = cfg.prefill_precision_for(dtype)
+    if precision == config_lib.BF16:
       min_rows = MIN_CHUNKED_ROWS_BF16 if batch == 1 else MIN_CHUNKED_ROWS_BF16_BATCHED
+    elif (precision == config_lib.HIGHEST and jnp.dtype(dtype) == jnp.bfloat16
+          and batch == 1):
+      min_rows = MIN_CHUNKED_ROWS_HIGHEST_BF16
     elif jnp.dtype(dtype) == jnp.float32:
       min_rows = MIN_CHUNKED_ROWS_F32
     else:

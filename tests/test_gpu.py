@@ -133,7 +133,7 @@ def test_bolt_compact_snapshot_bitwise(B, dtype):
   pair.accept(pair.random_rows())
   pair.call(37)          # prefill while a window is pending (a 29-row body: serial)
   pair.accept([7] * B)
-  pair.call(80)          # a 72-row body: serial in 32-row products (bf16), chunked (float32)
+  pair.call(44)          # a 36-row body: serial, two segments of 32-row products
   pair.accept([2] * B)
   pair.call(1)
   pair.accept([0] * B)

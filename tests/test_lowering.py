@@ -113,16 +113,17 @@ def test_16bit_state_takes_fewer_y_passes(act, R, fewer):
 
 
 @pytest.mark.parametrize("act,passes", [
-    (jnp.bfloat16, {"fused": ["bf16 64x128*128x64"] * 4 + ["bf16 64x64*64x64"] * 3
-                    + ["bf16 64x64*64x128"] * 3}),
+    (jnp.bfloat16, {"fused": ["bf16 64x128*128x32"] * 3 + ["bf16 64x128*128x64"]
+                    + ["bf16 64x64*64x32"] * 3 + ["bf16 32x64*64x128"] * 3}),
     (jnp.float16, {"cb": ["tf32"], "states": ["tf32"] * 2, "out": ["tf32"] * 4}),
     (jnp.float32, {"cb": ["tf32x3"], "states": ["tf32x3"], "out": ["tf32x3"] * 2})])
 def test_highest_prefill_keeps_activation_operands_whole(act, passes):
   """At "highest" the chunked prefill's products keep 16-bit post-conv rows (x, B, C) whole:
   C·Bᵀ one pass; a product with a float32 operand (decay-weighted B or C·Bᵀ, the starting
   state) three bf16 passes on its parts (bfloat16 activations: in the one kernel of the
-  table's entry, by the operands' shapes C·stᵀ's three and C·Bᵀ's one [64, N]·[N, P], the
-  causal sum's three [64, 64]·[64, P], the state update's three [64, 64]·[64, N]) or a TF32
+  table's entry, P tiles of 32, by the operands' shapes C·stᵀ's three [64, N]·[N, 32],
+  C·Bᵀ's one [64, N]·[N, 64], the causal sum's three [64, 64]·[64, 32], the state update's
+  three [32, 64]·[64, N]) or a TF32
   head and middle (float16); float32 activations keep three TF32 passes of every product."""
   cfg = m.BOLT.replace(prefill_precision="highest")
   irs = backend.triton_kernels(

@@ -276,8 +276,9 @@ def test_chunk_tiles_from_text():
 @pytest.mark.parametrize("act, precision, batch, min_rows", [
     (jnp.bfloat16, None, 1, dispatch.MIN_CHUNKED_ROWS_BF16),
     (jnp.bfloat16, None, 8, dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED),
-    (jnp.bfloat16, "highest", 1, dispatch.MIN_CHUNKED_ROWS),
+    (jnp.bfloat16, "highest", 1, dispatch.MIN_CHUNKED_ROWS_HIGHEST_BF16),
     (jnp.bfloat16, "highest", 8, dispatch.MIN_CHUNKED_ROWS),
+    (jnp.float16, "highest", 1, dispatch.MIN_CHUNKED_ROWS),
     (jnp.float32, None, 2, dispatch.MIN_CHUNKED_ROWS_F32),
     (jnp.float32, "tf32", 1, dispatch.MIN_CHUNKED_ROWS_F32),
     (jnp.float32, "bf16", 1, dispatch.MIN_CHUNKED_ROWS_BF16),
@@ -569,7 +570,7 @@ class PrefillChecks:
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
     for name in ("MIN_CHUNKED_ROWS", "MIN_CHUNKED_ROWS_BF16", "MIN_CHUNKED_ROWS_BF16_BATCHED",
-                 "MIN_CHUNKED_ROWS_F32"):
+                 "MIN_CHUNKED_ROWS_HIGHEST_BF16", "MIN_CHUNKED_ROWS_F32"):
       monkeypatch.setattr(dispatch, name, 1)                # chunked from R = cap + 1
     pair = Pair(self.backend, seed=21, B=2, cfg=small_cfg(headdim=16))
     pair.call(8)

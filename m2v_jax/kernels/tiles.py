@@ -307,9 +307,11 @@ _CHUNK_TILE_TABLE: dict[tuple[int, int, int, bool], ChunkTiles] = {
 # ChunkTiles by (nheads, headdim, dstate) at "highest" with bfloat16 activations (the float32
 # operands' products in three bf16 passes, `backend.Products`).
 _CHUNK_TILE_TABLE_HIGHEST_BF16: dict[tuple[int, int, int], ChunkTiles] = {
-    # Bolt: the whole scan in one kernel at 64-row chunks and 8 warps: 0.61x the time of
-    # the three kernels at R=4096, 0.89x at 512, the same error (H100, "Session 52").
-    (128, 64, 128): dataclasses.replace(_BOLT_CHUNK_TILES_BF16, state_warps=8),
+    # Bolt: the whole scan in one kernel at 64-row chunks, P tiles of 32 in 4 warps (256
+    # programs at B=1, two an SM): 0.84x the time of P tiles of 64 in 8 warps (one an SM) at
+    # R=4096 and 0.85x at 512, the same error; those took 0.61x the three kernels' time at
+    # R=4096 (H100, "Session 52" and "Session 53").
+    (128, 64, 128): dataclasses.replace(_BOLT_CHUNK_TILES_BF16, block_p=32),
 }
 
 
