@@ -29,7 +29,8 @@ smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
   echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_out_$2.log | grep -E "m2v|  [a-z]" | tail -10
 }
 ncu_k() {  # ncu_k DIR NAME REGEX ROWS: ncu of the first launch matching REGEX, B=1 bf16 snapshot
-  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 90 ncu --clock-control none \
+  # (NCU_MORE: more metrics, each after a comma; PROFILE_ARGS: more profile_call flags)
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 ${NCU_S:-90} ncu --clock-control none \
     --kernel-name regex:$3 --launch-skip 0 --launch-count 1 --metrics \
 gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum,dram__bytes.sum,\
 sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,\
@@ -37,10 +38,10 @@ launch__occupancy_limit_registers,smsp__warp_issue_stalled_barrier_per_warp_acti
 smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,\
 smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,\
 smsp__warp_issue_stalled_wait_per_warp_active.pct,\
-smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct \
+smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct${NCU_MORE} \
     python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=$4 \
-    --calls=1 > $1/ncu_$2.log 2>&1
-  echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -16
+    ${PROFILE_ARGS} --calls=1 > $1/ncu_$2.log 2>&1
+  echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -18
 }
 ser() {  # ser DIR NAME: the prefill suite's chunked case, B=1 bf16, R=512 and 4096
   PYTHONPATH=$PWD timeout -k 5 100 python3 benchmarks/bench.py --suites=prefill \
