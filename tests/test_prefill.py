@@ -273,22 +273,37 @@ def test_chunk_tiles_from_text():
       m.ChunkTiles.from_text(text)
 
 
-@pytest.mark.parametrize("act, precision, batch, min_rows", [
-    (jnp.bfloat16, None, 1, dispatch.MIN_CHUNKED_ROWS_BF16),
-    (jnp.bfloat16, None, 8, dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED),
-    (jnp.bfloat16, "highest", 1, dispatch.MIN_CHUNKED_ROWS_HIGHEST_BF16),
-    (jnp.bfloat16, "highest", 8, dispatch.MIN_CHUNKED_ROWS),
-    (jnp.float16, "highest", 1, dispatch.MIN_CHUNKED_ROWS),
-    (jnp.float32, None, 2, dispatch.MIN_CHUNKED_ROWS_F32),
-    (jnp.float32, "tf32", 1, dispatch.MIN_CHUNKED_ROWS_F32),
-    (jnp.float32, "bf16", 1, dispatch.MIN_CHUNKED_ROWS_BF16),
-    (jnp.float32, "bf16", 2, dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED),
-    (jnp.bfloat16, "tf32", 1, dispatch.MIN_CHUNKED_ROWS),
-    (jnp.float16, None, 1, dispatch.MIN_CHUNKED_ROWS)])
-def test_prefill_path_by_body_rows(act, precision, batch, min_rows):
+# Distinct stand-ins for the thresholds, so that a branch that picks another one fails.
+_THRESHOLDS = {"MIN_CHUNKED_ROWS": 23, "MIN_CHUNKED_ROWS_BF16": 11,
+               "MIN_CHUNKED_ROWS_BF16_BATCHED": 13, "MIN_CHUNKED_ROWS_BF16_KERNELS": 17,
+               "MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED": 19,
+               "MIN_CHUNKED_ROWS_HIGHEST_BF16": 29, "MIN_CHUNKED_ROWS_F32": 31}
+
+
+@pytest.mark.parametrize("nheads, act, precision, batch, threshold", [
+    (128, jnp.bfloat16, None, 1, "MIN_CHUNKED_ROWS_BF16"),
+    (128, jnp.bfloat16, None, 8, "MIN_CHUNKED_ROWS_BF16_BATCHED"),
+    (128, jnp.bfloat16, "highest", 1, "MIN_CHUNKED_ROWS_HIGHEST_BF16"),
+    (128, jnp.bfloat16, "highest", 8, "MIN_CHUNKED_ROWS"),
+    (128, jnp.float16, "highest", 1, "MIN_CHUNKED_ROWS"),
+    (128, jnp.float32, None, 2, "MIN_CHUNKED_ROWS_F32"),
+    (128, jnp.float32, "tf32", 1, "MIN_CHUNKED_ROWS_F32"),
+    (128, jnp.float32, "bf16", 1, "MIN_CHUNKED_ROWS_BF16"),
+    (128, jnp.float32, "bf16", 2, "MIN_CHUNKED_ROWS_BF16_BATCHED"),
+    (128, jnp.bfloat16, "tf32", 1, "MIN_CHUNKED_ROWS"),
+    (128, jnp.float16, None, 1, "MIN_CHUNKED_ROWS"),
+    # Bolt split over 2 devices: the scan in three kernels (no one-kernel entry)
+    (64, jnp.bfloat16, None, 1, "MIN_CHUNKED_ROWS_BF16_KERNELS"),
+    (64, jnp.bfloat16, None, 4, "MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED"),
+    (64, jnp.bfloat16, "highest", 1, "MIN_CHUNKED_ROWS")])
+def test_prefill_path_by_body_rows(monkeypatch, nheads, act, precision, batch, threshold):
   """A Bolt prefill takes the chunked path from its threshold of body rows on, by activation
-  dtype, product precision and (bf16 products) batch; `chunked` given overrides it."""
-  cfg = m.BOLT.replace(prefill_precision=precision)
+  dtype, product precision, batch (bf16 products, and "highest" with bfloat16 activations)
+  and whether the table runs the scan in one kernel; `chunked` given overrides it."""
+  for name, value in _THRESHOLDS.items():
+    monkeypatch.setattr(dispatch, name, value)
+  min_rows = _THRESHOLDS[threshold]
+  cfg = m.BOLT.replace(nheads=nheads, prefill_precision=precision)
   cap = cfg.capacity
   use = lambda R, chunked=None, backend="pallas": dispatch.use_chunked(
       cfg, backend, R, chunked, act, batch=batch)
@@ -297,6 +312,11 @@ def test_prefill_path_by_body_rows(act, precision, batch, min_rows):
   assert use(cap + 1, True)
   assert not use(cap + min_rows, False)
   assert not use(cap + min_rows, backend="reference")
+
+
+def test_prefill_thresholds_cover_the_constants():
+  """The stand-ins above name every threshold `dispatch` has."""
+  assert set(_THRESHOLDS) == {k for k in vars(dispatch) if k.startswith("MIN_CHUNKED_ROWS")}
 
 
 @pytest.mark.parametrize("B", [1, 3])
@@ -569,8 +589,7 @@ class PrefillChecks:
 
   def test_modes_bitwise_across_chunked_prefill(self, monkeypatch):
     """With the chunked body, snapshot and compact still agree bitwise after every call."""
-    for name in ("MIN_CHUNKED_ROWS", "MIN_CHUNKED_ROWS_BF16", "MIN_CHUNKED_ROWS_BF16_BATCHED",
-                 "MIN_CHUNKED_ROWS_HIGHEST_BF16", "MIN_CHUNKED_ROWS_F32"):
+    for name in _THRESHOLDS:
       monkeypatch.setattr(dispatch, name, 1)                # chunked from R = cap + 1
     pair = Pair(self.backend, seed=21, B=2, cfg=small_cfg(headdim=16))
     pair.call(8)
