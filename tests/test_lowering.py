@@ -123,8 +123,8 @@ def test_highest_prefill_keeps_activation_operands_whole(act, passes):
   state) three bf16 passes on its parts (bfloat16 activations: in the one kernel of the
   table's entry, P tiles of 32, by the operands' shapes C·stᵀ's three [64, N]·[N, 32],
   C·Bᵀ's one [64, N]·[N, 64], the causal sum's three [64, 64]·[64, 32], the state update's
-  three [32, 64]·[64, N]) or a TF32
-  head and middle (float16); float32 activations keep three TF32 passes of every product."""
+  three [32, 64]·[64, N]) or a TF32 head and middle (float16); float32 activations keep
+  three TF32 passes of every product."""
   cfg = m.BOLT.replace(prefill_precision="highest")
   irs = backend.triton_kernels(
       lambda p, s, a: dispatch.call(p, s, a, cfg=cfg, backend="pallas", chunked=True,
