@@ -33,20 +33,21 @@ f32 = jnp.float32
 # Body rows from which `prefill` takes the chunked path by default: the ties of the verify
 # kernels' body (32-row products) with the chunked scan, bf16 activations. Against the whole
 # scan in one kernel (`ChunkTiles.fused_y`: Bolt's table entries; BENCHMARKS.md, "Session
-# 53", H100): bf16 products, serial / chunked time at B=1 0.84 at 29 body rows, 1.02 at 40,
-# 1.13 at 96; at B=2 and 8 1.03 and 1.00 at 64, 1.23 and 1.15 at 128 (B=4 and B >= 16 not
-# measured); "highest" with bfloat16 activations at B=1 0.99 at 288, 1.04 at 352 (against
-# P tiles of 64; the table's P tiles of 32 took 0.85x that time at R=512, so the tie may lie
-# lower). Against the earlier kernels, which other entries still run ("Session 38" to
+# 53" and "Session 54", H100): bf16 products, serial / chunked time at B=1 0.84 at 29 body
+# rows, 1.02 at 40, 1.13 at 96; at B=2 and 8 1.03 and 1.00 at 64, 1.23 and 1.15 at 128 (B=4
+# and B >= 16 not measured); "highest" with bfloat16 activations (P tiles of 32) at B=1 0.98
+# at 160, 1.08 at 192; at B=2 0.92-0.93 at 592-992, 1.00 at 1992; at B=4 and 8 0.82-0.88 at
+# 592-1992. Against the earlier kernels, which other entries still run ("Session 38" to
 # "Session 41"): bf16 products 160 at B=1 and 360 above; float32 activations (not bf16
 # products; their serial products take more passes) 40; other 16-bit cases (tf32 products,
-# float16 activations, "highest" at B >= 2 or without the one kernel) 400.
+# float16 activations, "highest" without the one kernel) 400.
 MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 40
 MIN_CHUNKED_ROWS_BF16_BATCHED = 64
 MIN_CHUNKED_ROWS_BF16_KERNELS = 160
 MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED = 360
-MIN_CHUNKED_ROWS_HIGHEST_BF16 = 288
+MIN_CHUNKED_ROWS_HIGHEST_BF16 = 168
+MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED = 2048
 MIN_CHUNKED_ROWS_F32 = 40
 
 
@@ -68,8 +69,8 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   `chunked` if given, else on the kernel backends for bodies of at least `MIN_CHUNKED_ROWS`
   (with bf16 products `MIN_CHUNKED_ROWS_BF16` at B=1, `MIN_CHUNKED_ROWS_BF16_BATCHED` above,
   where the geometry's table entry runs the scan in one kernel, else
-  `MIN_CHUNKED_ROWS_BF16_KERNELS[_BATCHED]`; "highest" with bfloat16 activations at B=1 in
-  one kernel `MIN_CHUNKED_ROWS_HIGHEST_BF16`; `MIN_CHUNKED_ROWS_F32` with float32
+  `MIN_CHUNKED_ROWS_BF16_KERNELS[_BATCHED]`; "highest" with bfloat16 activations in one
+  kernel `MIN_CHUNKED_ROWS_HIGHEST_BF16[_BATCHED]`; `MIN_CHUNKED_ROWS_F32` with float32
   activations and other products). `batch` counts the
   call's sequences (padding entries too; under `sharding.sharded`, one device's). A ragged
   prefill (`num_rows` with R > capacity) must take it. Raises ValueError where the path asked
@@ -93,9 +94,9 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
     elif precision == config_lib.BF16:
       min_rows = (MIN_CHUNKED_ROWS_BF16_KERNELS if batch == 1
                   else MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED)
-    elif (precision == config_lib.HIGHEST and jnp.dtype(dtype) == jnp.bfloat16
-          and batch == 1 and one_kernel):
-      min_rows = MIN_CHUNKED_ROWS_HIGHEST_BF16
+    elif precision == config_lib.HIGHEST and jnp.dtype(dtype) == jnp.bfloat16 and one_kernel:
+      min_rows = (MIN_CHUNKED_ROWS_HIGHEST_BF16 if batch == 1
+                  else MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED)
     elif jnp.dtype(dtype) == jnp.float32:
       min_rows = MIN_CHUNKED_ROWS_F32
     else:

@@ -277,14 +277,15 @@ def test_chunk_tiles_from_text():
 _THRESHOLDS = {"MIN_CHUNKED_ROWS": 23, "MIN_CHUNKED_ROWS_BF16": 11,
                "MIN_CHUNKED_ROWS_BF16_BATCHED": 13, "MIN_CHUNKED_ROWS_BF16_KERNELS": 17,
                "MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED": 19,
-               "MIN_CHUNKED_ROWS_HIGHEST_BF16": 29, "MIN_CHUNKED_ROWS_F32": 31}
+               "MIN_CHUNKED_ROWS_HIGHEST_BF16": 29, "MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED": 37,
+               "MIN_CHUNKED_ROWS_F32": 31}
 
 
 @pytest.mark.parametrize("nheads, act, precision, batch, threshold", [
     (128, jnp.bfloat16, None, 1, "MIN_CHUNKED_ROWS_BF16"),
     (128, jnp.bfloat16, None, 8, "MIN_CHUNKED_ROWS_BF16_BATCHED"),
     (128, jnp.bfloat16, "highest", 1, "MIN_CHUNKED_ROWS_HIGHEST_BF16"),
-    (128, jnp.bfloat16, "highest", 8, "MIN_CHUNKED_ROWS"),
+    (128, jnp.bfloat16, "highest", 8, "MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED"),
     (128, jnp.float16, "highest", 1, "MIN_CHUNKED_ROWS"),
     (128, jnp.float32, None, 2, "MIN_CHUNKED_ROWS_F32"),
     (128, jnp.float32, "tf32", 1, "MIN_CHUNKED_ROWS_F32"),
@@ -295,7 +296,8 @@ _THRESHOLDS = {"MIN_CHUNKED_ROWS": 23, "MIN_CHUNKED_ROWS_BF16": 11,
     # Bolt split over 2 devices: the scan in three kernels (no one-kernel entry)
     (64, jnp.bfloat16, None, 1, "MIN_CHUNKED_ROWS_BF16_KERNELS"),
     (64, jnp.bfloat16, None, 4, "MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED"),
-    (64, jnp.bfloat16, "highest", 1, "MIN_CHUNKED_ROWS")])
+    (64, jnp.bfloat16, "highest", 1, "MIN_CHUNKED_ROWS"),
+    (64, jnp.bfloat16, "highest", 4, "MIN_CHUNKED_ROWS")])
 def test_prefill_path_by_body_rows(monkeypatch, nheads, act, precision, batch, threshold):
   """A Bolt prefill takes the chunked path from its threshold of body rows on, by activation
   dtype, product precision, batch (bf16 products, and "highest" with bfloat16 activations)
