@@ -4,7 +4,8 @@
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session54/README.md.
 #   hb: "highest" with bfloat16 activations, serial against chunked (the prefill suite's
 #       `serial` and `highest` cases): B=1 near the tie (R=168-232), B=2 and 4 at R=360-2000,
-#       B=8 at R=1000 and 2000 (session 54's call 1 measured B=8 R=232-472).
+#       B=8 at R=1000 and 2000 (session 54's call 1 measured B=8 R=232-472); HB_SPECS="B:R,R ..."
+#       replaces those.
 #   tl: timelines of the bf16 chunked prefill at B=8, R=1712 (8 x 1712 rows, about the packed
 #       suite's 13,700) and B=1, R=512: the verify tail's share (its SSM launch writes the
 #       capacity's states of every sequence).
@@ -23,7 +24,7 @@ for s in "$@"; do
   hb)
     ( trap "tar czf ${OUT:-/tmp/out}/hb.tgz -C /tmp s54_hb" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      for spec in 1:168,200,232 2:360,600,1000,2000 4:600,1000,2000 8:1000,2000; do
+      for spec in ${HB_SPECS:-1:168,200,232 2:360,600,1000,2000 4:600,1000,2000 8:1000,2000}; do
         b=${spec%%:*}
         PYTHONPATH=$PWD timeout -k 5 ${HB_S:-150} python3 benchmarks/bench.py --suites=prefill \
           --prefill_batch=$b --lengths=${spec#*:} --prefill_cases=serial,highest \
