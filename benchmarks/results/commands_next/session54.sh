@@ -15,6 +15,12 @@
 #       verify R=8 at B=32 (the sweep suite); the patch is reversed at the end.
 #   g:  (an H200) issue 22's figures (`session44.sh goal`) and "highest" at R=4096, B=1.
 #   t:  the compiled GPU tests of the prefill paths and precisions (T_TEST_S seconds).
+#   ft: (not yet run) `fused_tail_states.patch` (the verify tail's kept states stored by the
+#       fused kernel; `ChunkTiles.tail_states`) with `fused_tail_default.patch` (Bolt's bf16
+#       entry takes it), interleaved with the library's code: the prefill suite's chunked
+#       R=512 and 4096 and the ragged suite (packed, one prompt, one by one), B=1 bf16.
+#   ftt: (not yet run) the two patches' compiled tests (test_packed's tail_states test, the
+#       packed and prefill hand-off and parity tests), FTT_TEST_S seconds.
 D=$(dirname "$0")
 . $D/lib.sh
 for s in "$@"; do
@@ -67,6 +73,27 @@ for s in "$@"; do
     ( trap "tar czf ${OUT:-/tmp/out}/t.tgz -C /tmp s54_t" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
       gpu_tests $S "prefill or packed or highest or precision" ${T_TEST_S:-240} )
+    ;;
+  ft)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/ft.tgz -C /tmp s54_ft" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      ftg() {
+        PYTHONPATH=$PWD timeout -k 5 ${FTG_S:-130} python3 benchmarks/bench.py \
+          --suites=prefill,ragged --lengths=512,4096 --prefill_cases=chunked \
+          --out=$S/$1.json > $S/$1.log 2>&1
+        echo "$1"; grep -hE "^\| (snap|pack|one|ragg)|rror" $S/$1.log | cut -c1-130; }
+      for k in 1 2; do
+        ftg old$k
+        on $D/fused_tail_states.patch && on $D/fused_tail_default.patch || exit 1
+        ftg new$k
+        undo
+      done )
+    ;;
+  ftt)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/ftt.tgz -C /tmp s54_ftt" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      on $D/fused_tail_states.patch && on $D/fused_tail_default.patch || exit 1
+      gpu_tests $S "tail_states or packed or handoff or bitwise or prefill" ${FTT_TEST_S:-300} )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
