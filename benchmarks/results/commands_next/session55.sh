@@ -1,0 +1,49 @@
+#!/bin/bash
+# Session 55's calls, from the repository root on HEAD:
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session55.sh STAGE...
+# Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session55/README.md.
+#   nt:  ncu of every m2v kernel of one B=1 bf16 snapshot prefill of 512 rows (chunked), with
+#        `fused_tail_states.patch` + `fused_tail_default.patch` applied, then without.
+#   n37: ncu of the two launches of a B=1 bf16 snapshot prefill of 37 rows (verify kernels).
+D=$(dirname "$0")
+. $D/lib.sh
+M=gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,sm__inst_executed.sum,\
+dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,\
+smsp__issue_active.avg.pct_of_peak_sustained_active,\
+smsp__warp_issue_stalled_barrier_per_warp_active.pct,\
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_wait_per_warp_active.pct,\
+smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct,\
+smsp__warp_issue_stalled_drain_per_warp_active.pct,\
+smsp__warp_issue_stalled_membar_per_warp_active.pct
+nall() {  # nall DIR NAME N ARGS...: ncu of the N m2v launches of the call after the warm-up
+  local dir=$1 name=$2 n=$3; shift 3
+  PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -k 5 ${NCU_S:-120} ncu \
+    --clock-control none --kernel-name regex:m2v_ --launch-skip $n --launch-count $n \
+    --metrics $M python3 tools/profile_call.py --prefill --mode=snapshot --batch=1 --calls=1 \
+    "$@" > $dir/ncu_$name.log 2>&1
+  echo "ncu $name"; grep -vE "^I1|WARN" $dir/ncu_$name.log | grep -E "m2v|  [a-z]|rror" \
+    | sed 's/  */ /g' | cut -c1-110
+}
+for s in "$@"; do
+  echo "== $s $(date -u +%H:%M:%S)"
+  S=/tmp/s55_$s; rm -rf $S; mkdir -p $S
+  case $s in
+  nt)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/nt.tgz -C /tmp s55_nt" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      on $D/fused_tail_states.patch && on $D/fused_tail_default.patch || exit 1
+      nall $S new 4 --rows=512
+      undo
+      nall $S old 4 --rows=512 )
+    ;;
+  n37)
+    ( trap "tar czf ${OUT:-/tmp/out}/n37.tgz -C /tmp s55_n37" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      nall $S r37 2 --rows=37 --nochunked )
+    ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
+echo "== end $(date -u +%H:%M:%S)"
