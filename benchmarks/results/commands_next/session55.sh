@@ -5,6 +5,10 @@
 #   nt:  ncu of every m2v kernel of one B=1 bf16 snapshot prefill of 512 rows (chunked), with
 #        `fused_tail_states.patch` + `fused_tail_default.patch` applied, then without.
 #   n37: ncu of the two launches of a B=1 bf16 snapshot prefill of 37 rows (verify kernels).
+#   fp:  `fused_tail_prefetch.patch` (`fused_tail_states.patch` and `fused_tail_default.patch`,
+#        with the tail rows' loads before the first slot store) interleaved with the library's
+#        code: the prefill suite's chunked R=512 and the ragged suite, B=1 bf16; then a
+#        timeline of B=8 R=1712 with the patch.
 D=$(dirname "$0")
 . $D/lib.sh
 M=gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,sm__inst_executed.sum,\
@@ -42,6 +46,24 @@ for s in "$@"; do
     ( trap "tar czf ${OUT:-/tmp/out}/n37.tgz -C /tmp s55_n37" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
       nall $S r37 2 --rows=37 --nochunked )
+    ;;
+  fp)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/fp.tgz -C /tmp s55_fp" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      fpg() {
+        PYTHONPATH=$PWD timeout -k 5 ${FPG_S:-110} python3 benchmarks/bench.py \
+          --suites=prefill,ragged --lengths=512 --prefill_cases=chunked \
+          --out=$S/$1.json > $S/$1.log 2>&1
+        echo "$1"; grep -hE "^\| (snap|pack|one)|rror" $S/$1.log | cut -c1-110; }
+      for k in 1 2; do
+        fpg old$k
+        on $D/fused_tail_prefetch.patch || exit 1
+        fpg new$k
+        [ $k = 2 ] || undo
+      done
+      PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --prefill --mode=snapshot \
+        --batch=8 --rows=1712 --calls=1 --steps=3 --show=40 > $S/trace_b8_new.log 2>&1
+      grep -E "^\||per call" $S/trace_b8_new.log | cut -c1-100 )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
