@@ -55,11 +55,11 @@ for s in "$@"; do
           --suites=prefill,ragged --lengths=512 --prefill_cases=chunked \
           --out=$S/$1.json > $S/$1.log 2>&1
         echo "$1"; grep -hE "^\| (snap|pack|one)|rror" $S/$1.log | cut -c1-110; }
-      for k in 1 2; do
+      for k in $(seq ${FP_PAIRS:-2}); do
         fpg old$k
         on $D/fused_tail_prefetch.patch || exit 1
         fpg new$k
-        [ $k = 2 ] || undo
+        [ $k = ${FP_PAIRS:-2} ] || undo
       done
       PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --prefill --mode=snapshot \
         --batch=8 --rows=1712 --calls=1 --steps=3 --show=40 > $S/trace_b8_new.log 2>&1
