@@ -9,6 +9,8 @@
 #        with the tail rows' loads before the first slot store) interleaved with the library's
 #        code: the prefill suite's chunked R=512 and the ragged suite, B=1 bf16; then a
 #        timeline of B=8 R=1712 with the patch.
+#   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
+#        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES).
 D=$(dirname "$0")
 . $D/lib.sh
 M=gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,sm__inst_executed.sum,\
@@ -64,6 +66,15 @@ for s in "$@"; do
       PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --prefill --mode=snapshot \
         --batch=8 --rows=1712 --calls=1 --steps=3 --show=40 > $S/trace_b8_new.log 2>&1
       grep -E "^\||per call" $S/trace_b8_new.log | cut -c1-100 )
+    ;;
+  bc)
+    ( trap "tar czf ${OUT:-/tmp/out}/bc.tgz -C /tmp s55_bc" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      PYTHONPATH=$PWD timeout -k 5 ${BC_S:-200} python3 benchmarks/bench.py --suites=prefill \
+        --lengths=37,72 --prefill_cases=serial --serial_tiles=${BC_TILES:-32:4:64,\
+32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=64,32:4:64:block_c=256:prep_warps=8} \
+        --out=$S/bc.json > $S/bc.log 2>&1
+      grep -hE "^\| snap|rror" $S/bc.log | cut -c1-150 )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
