@@ -9,6 +9,9 @@
 #        with the tail rows' loads before the first slot store) interleaved with the library's
 #        code: the prefill suite's chunked R=512 and the ragged suite, B=1 bf16; then a
 #        timeline of B=8 R=1712 with the patch.
+#   cb:  `conv_body_loads.patch` (the conv launch loads a short body's rows with the kept
+#        rows', before its barrier) interleaved with the library's code, B=1 bf16 serial
+#        prefill R=37 and 72; the first two runs also time conv tiles of 64 and 256 channels.
 #   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
 #        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES).
 D=$(dirname "$0")
@@ -75,6 +78,21 @@ for s in "$@"; do
 32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=64,32:4:64:block_c=256:prep_warps=8} \
         --out=$S/bc.json > $S/bc.log 2>&1
       grep -hE "^\| snap|rror" $S/bc.log | cut -c1-150 )
+    ;;
+  cb)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/cb.tgz -C /tmp s55_cb" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      cbg() {  # cbg NAME [TILES]: the serial prefill at R=37 and 72 (and those tiles)
+        PYTHONPATH=$PWD timeout -k 5 ${CB_S:-120} python3 benchmarks/bench.py --suites=prefill \
+          --lengths=37,72 --prefill_cases=serial ${2:+--serial_tiles=$2} --out=$S/$1.json \
+          > $S/$1.log 2>&1
+        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-150; }
+      cbg old1 "32:4:64,32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=256:prep_warps=8"
+      on $D/conv_body_loads.patch || exit 1
+      cbg new1 "32:4:64:block_c=64:prep_warps=2"
+      undo; cbg old2
+      on $D/conv_body_loads.patch || exit 1
+      cbg new2 )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
