@@ -11,7 +11,7 @@
 #        timeline of B=8 R=1712 with the patch.
 #   cb:  `conv_body_loads.patch` (the conv launch loads a short body's rows with the kept
 #        rows', before its barrier) interleaved with the library's code, B=1 bf16 serial
-#        prefill R=37 and 72; the first two runs also time conv tiles of 64 and 256 channels.
+#        prefill R=37 and 72.
 #   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
 #        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES).
 D=$(dirname "$0")
@@ -87,9 +87,9 @@ for s in "$@"; do
           --lengths=37,72 --prefill_cases=serial ${2:+--serial_tiles=$2} --out=$S/$1.json \
           > $S/$1.log 2>&1
         echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-150; }
-      cbg old1 "32:4:64,32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=256:prep_warps=8"
+      cbg old1
       on $D/conv_body_loads.patch || exit 1
-      cbg new1 "32:4:64:block_c=64:prep_warps=2"
+      cbg new1
       undo; cbg old2
       on $D/conv_body_loads.patch || exit 1
       cbg new2 )
