@@ -12,6 +12,10 @@
 #   cb:  `conv_body_loads.patch` (the conv launch loads a short body's rows with the kept
 #        rows', before its barrier) interleaved with the library's code, B=1 bf16 serial
 #        prefill R=37 and 72.
+#   ck:  `conv_body_loads.patch`, then with `kept_rows_loads.patch` too (a snapshot chain's
+#        kept rows loaded before the first update, in P tiles of 32), against the library's
+#        code: old, conv, both, twice; B=1 serial prefill at R=37, 72 and 136 (bf16; 72 and
+#        136 are the serial path of "highest" and of float32 bodies, forced here).
 #   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
 #        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES).
 D=$(dirname "$0")
@@ -93,6 +97,23 @@ for s in "$@"; do
       undo; cbg old2
       on $D/conv_body_loads.patch || exit 1
       cbg new2 )
+    ;;
+  ck)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/ck.tgz -C /tmp s55_ck" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      ckg() {  # ckg NAME: the serial prefill at R=37, 72 and 136 (CK_LENGTHS)
+        PYTHONPATH=$PWD timeout -k 5 ${CK_S:-90} python3 benchmarks/bench.py --suites=prefill \
+          --lengths=${CK_LENGTHS:-37,72,136} --prefill_cases=serial --out=$S/$1.json \
+          > $S/$1.log 2>&1
+        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120; }
+      for k in 1 2; do
+        ckg old$k
+        on $D/conv_body_loads.patch || exit 1
+        ckg conv$k
+        on $D/kept_rows_loads.patch || exit 1
+        ckg both$k
+        undo
+      done )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
