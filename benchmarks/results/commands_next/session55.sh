@@ -13,11 +13,12 @@
 #        rows', before its barrier) interleaved with the library's code, B=1 bf16 serial
 #        prefill R=37 and 72.
 #   ck:  `conv_body_loads.patch`, then with `kept_rows_loads.patch` too (a snapshot chain's
-#        kept rows loaded before the first update, in P tiles of 32), against the library's
-#        code: old, conv, both, twice; B=1 serial prefill at R=37, 72 and 136 (bf16; 72 and
-#        136 are the serial path of "highest" and of float32 bodies, forced here).
+#        kept rows loaded before the first update, in P tiles of 32, after at most one body
+#        segment), against the library's code: old, conv, both, twice; B=1 bf16 serial
+#        prefill at R=20, 37, 40 (both patches apply) and 72 (the conv patch only).
 #   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
-#        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES).
+#        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES;
+#        never run: sessions 40-41 measured such tiles).
 D=$(dirname "$0")
 . $D/lib.sh
 M=gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,sm__inst_executed.sum,\
@@ -101,9 +102,9 @@ for s in "$@"; do
   ck)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/ck.tgz -C /tmp s55_ck" EXIT
       nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      ckg() {  # ckg NAME: the serial prefill at R=37, 72 and 136 (CK_LENGTHS)
+      ckg() {  # ckg NAME: the serial prefill at R=20, 37, 40 and 72 (CK_LENGTHS)
         PYTHONPATH=$PWD timeout -k 5 ${CK_S:-90} python3 benchmarks/bench.py --suites=prefill \
-          --lengths=${CK_LENGTHS:-37,72,136} --prefill_cases=serial --out=$S/$1.json \
+          --lengths=${CK_LENGTHS:-20,37,40,72} --prefill_cases=serial --out=$S/$1.json \
           > $S/$1.log 2>&1
         echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120; }
       for k in 1 2; do
