@@ -16,6 +16,8 @@
 #        kept rows loaded before the first update, in P tiles of 32, after at most one body
 #        segment), against the library's code: old, conv, both, twice; B=1 bf16 serial
 #        prefill at R=20, 37, 40 (both patches apply) and 72 (the conv patch only).
+#   ckt: the compiled tests of the serial paths and snapshot mode with both patches applied
+#        (CKT_TEST_S seconds).
 #   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
 #        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES;
 #        never run: sessions 40-41 measured such tiles).
@@ -115,6 +117,12 @@ for s in "$@"; do
         ckg both$k
         undo
       done )
+    ;;
+  ckt)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/ckt.tgz -C /tmp s55_ckt" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      on $D/conv_body_loads.patch && on $D/kept_rows_loads.patch || exit 1
+      gpu_tests $S "prefill or snapshot or state_dtype or serial" ${CKT_TEST_S:-300} )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
