@@ -74,6 +74,6 @@ ab() {  # ab DIR PATCH: `ser` with the patch applied, without, with, without; le
   patch -p1 < $2 > /dev/null
 }
 P=()          # the patches a stage has applied, in order (on, off, undo)
-on() { patch -p1 < $1 > /dev/null && P+=("$1"); }
+on() { patch -p1 --dry-run < $1 > /dev/null && patch -p1 < $1 > /dev/null && P+=("$1"); }  # whole or not at all
 off() { patch -p1 -R < $1 > /dev/null && unset 'P[${#P[@]}-1]'; }
 undo() { local i; for ((i=${#P[@]}-1; i>=0; i--)); do patch -p1 -R < "${P[i]}" > /dev/null; done; P=(); }

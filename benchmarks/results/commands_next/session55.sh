@@ -16,6 +16,7 @@
 #        kept rows loaded before the first update, in P tiles of 32, after at most one body
 #        segment), against the library's code: old, conv, both, twice; B=1 bf16 serial
 #        prefill at R=20, 37, 40 (both patches apply) and 72 (the conv patch only).
+#        Alone in a call: six runs of up to CK_S (90) seconds each.
 #   ckt: the compiled tests of the serial paths and snapshot mode with both patches applied
 #        (CKT_TEST_S seconds).
 #   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
@@ -103,12 +104,15 @@ for s in "$@"; do
     ;;
   ck)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/ck.tgz -C /tmp s55_ck" EXIT
-      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      ckg() {  # ckg NAME: the serial prefill at R=20, 37, 40 and 72 (CK_LENGTHS)
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      ckg() {  # ckg NAME: the serial prefill at R=20, 37, 40 and 72 (CK_LENGTHS); the
+        # results so far packed after each run (a run cut off by the call's limit keeps them)
         PYTHONPATH=$PWD timeout -k 5 ${CK_S:-90} python3 benchmarks/bench.py --suites=prefill \
           --lengths=${CK_LENGTHS:-20,37,40,72} --prefill_cases=serial --out=$S/$1.json \
           > $S/$1.log 2>&1
-        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120; }
+        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
+        tar czf ${OUT:-/tmp/out}/ck.tgz -C /tmp s55_ck; }
       for k in 1 2; do
         ckg old$k
         on $D/conv_body_loads.patch || exit 1
