@@ -5,23 +5,18 @@
 #   nt:  ncu of every m2v kernel of one B=1 bf16 snapshot prefill of 512 rows (chunked), with
 #        `fused_tail_states.patch` + `fused_tail_default.patch` applied, then without.
 #   n37: ncu of the two launches of a B=1 bf16 snapshot prefill of 37 rows (verify kernels).
-#   fp:  `fused_tail_prefetch.patch` (`fused_tail_states.patch` and `fused_tail_default.patch`,
-#        with the tail rows' loads before the first slot store) interleaved with the library's
+#   fp:  `fused_tail_states.patch`, `fused_tail_default.patch` and `fused_tail_prefetch.patch`
+#        (the tail rows' loads before the first slot store) interleaved with the library's
 #        code: the prefill suite's chunked R=512 and the ragged suite, B=1 bf16; then a
 #        timeline of B=8 R=1712 with the patch.
-#   cb:  `conv_body_loads.patch` (the conv launch loads a short body's rows with the kept
-#        rows', before its barrier) interleaved with the library's code, B=1 bf16 serial
-#        prefill R=37 and 72.
-#   ck:  `conv_body_loads.patch`, then with `kept_rows_loads.patch` too (a snapshot chain's
-#        kept rows loaded before the first update, in P tiles of 32, after at most one body
+#   ck:  `conv_body_loads.patch` (the conv launch loads a short body's rows with the kept
+#        rows', before its barrier), then with `kept_rows_loads.patch` too (a snapshot call's
+#        kept rows loaded before the first update, in P tiles of 32, after a body of one
 #        segment), against the library's code: old, conv, both, twice; B=1 bf16 serial
 #        prefill at R=20, 37, 40 (both patches apply) and 72 (the conv patch only).
 #        Alone in a call: six runs of up to CK_S (90) seconds each.
 #   ckt: the compiled tests of the serial paths and snapshot mode with both patches applied
 #        (CKT_TEST_S seconds).
-#   bc:  the serial prefill (B=1 bf16, R=37 and 72) at conv launch tiles of 64 and 256
-#        channels (`TileConfig.block_c`, `prep_warps`) against the table's 128 (BC_TILES;
-#        never run: sessions 40-41 measured such tiles).
 D=$(dirname "$0")
 . $D/lib.sh
 M=gpu__time_duration.sum,launch__registers_per_thread,launch__grid_size,sm__inst_executed.sum,\
@@ -70,37 +65,14 @@ for s in "$@"; do
         echo "$1"; grep -hE "^\| (snap|pack|one)|rror" $S/$1.log | cut -c1-110; }
       for k in $(seq ${FP_PAIRS:-2}); do
         fpg old$k
-        on $D/fused_tail_prefetch.patch || exit 1
+        on $D/fused_tail_states.patch && on $D/fused_tail_default.patch \
+          && on $D/fused_tail_prefetch.patch || exit 1
         fpg new$k
         [ $k = ${FP_PAIRS:-2} ] || undo
       done
       PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --prefill --mode=snapshot \
         --batch=8 --rows=1712 --calls=1 --steps=3 --show=40 > $S/trace_b8_new.log 2>&1
       grep -E "^\||per call" $S/trace_b8_new.log | cut -c1-100 )
-    ;;
-  bc)
-    ( trap "tar czf ${OUT:-/tmp/out}/bc.tgz -C /tmp s55_bc" EXIT
-      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      PYTHONPATH=$PWD timeout -k 5 ${BC_S:-200} python3 benchmarks/bench.py --suites=prefill \
-        --lengths=37,72 --prefill_cases=serial --serial_tiles=${BC_TILES:-32:4:64,\
-32:4:64:block_c=64:prep_warps=2,32:4:64:block_c=64,32:4:64:block_c=256:prep_warps=8} \
-        --out=$S/bc.json > $S/bc.log 2>&1
-      grep -hE "^\| snap|rror" $S/bc.log | cut -c1-150 )
-    ;;
-  cb)
-    ( trap "undo; tar czf ${OUT:-/tmp/out}/cb.tgz -C /tmp s55_cb" EXIT
-      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      cbg() {  # cbg NAME [TILES]: the serial prefill at R=37 and 72 (and those tiles)
-        PYTHONPATH=$PWD timeout -k 5 ${CB_S:-120} python3 benchmarks/bench.py --suites=prefill \
-          --lengths=37,72 --prefill_cases=serial ${2:+--serial_tiles=$2} --out=$S/$1.json \
-          > $S/$1.log 2>&1
-        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-150; }
-      cbg old1
-      on $D/conv_body_loads.patch || exit 1
-      cbg new1
-      undo; cbg old2
-      on $D/conv_body_loads.patch || exit 1
-      cbg new2 )
     ;;
   ck)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/ck.tgz -C /tmp s55_ck" EXIT
