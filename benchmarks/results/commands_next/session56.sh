@@ -1,0 +1,42 @@
+#!/bin/bash
+# Session 56's calls, from the repository root on HEAD:
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session56.sh STAGE...
+# Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session56/README.md.
+#   c1: `conv_body_loads.patch` with one tile unrolled (UNROLL_TILES = 1: bodies of at most
+#       32 rows load before the barrier; longer ones keep the loop) against the library's
+#       code, old / one, twice; B=1 bf16 serial prefill at R=20, 37, 40 and 72. Then ncu of
+#       the conv launch at R=72 with the patch as written (two tiles) and without.
+D=$(dirname "$0")
+. $D/lib.sh
+for s in "$@"; do
+  echo "== $s $(date -u +%H:%M:%S)"
+  S=/tmp/s56_$s; rm -rf $S; mkdir -p $S
+  case $s in
+  c1)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/c1.tgz -C /tmp s56_c1" EXIT
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      sed 's/^+UNROLL_TILES = 2 /+UNROLL_TILES = 1 /' $D/conv_body_loads.patch > $S/one_tile.patch
+      grep -q "^+UNROLL_TILES = 1 " $S/one_tile.patch || exit 1
+      c1g() {
+        PYTHONPATH=$PWD timeout -k 5 ${C1_S:-90} python3 benchmarks/bench.py --suites=prefill \
+          --lengths=20,37,40,72 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
+        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
+        tar czf ${OUT:-/tmp/out}/c1.tgz -C /tmp s56_c1; }
+      for k in 1 2; do
+        c1g old$k
+        on $S/one_tile.patch || exit 1
+        c1g one$k
+        undo
+      done
+      NCU_MORE=,smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum
+      export NCU_MORE
+      PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72
+      on $D/conv_body_loads.patch || exit 1
+      PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
+      undo )
+    ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
+echo "== end $(date -u +%H:%M:%S)"
