@@ -6,6 +6,10 @@
 #       32 rows load before the barrier; longer ones keep the loop) against the library's
 #       code, old / one, twice; B=1 bf16 serial prefill at R=20, 37, 40 and 72. Then ncu of
 #       the conv launch at R=72 with the patch as written (two tiles) and without.
+#   c2: `conv_short_body.patch` (the conv patch where a body's tiles cover at most 32 rows:
+#       R=9-40 at capacity 8) against the library's code, old / new, twice; R=20, 37, 40, 41
+#       and 72. Then ncu of the conv launch at R=72 with `conv_body_loads.patch` as written,
+#       with the stalls call 3 did not count (no instruction, lg throttle, ...).
 D=$(dirname "$0")
 . $D/lib.sh
 for s in "$@"; do
@@ -35,6 +39,35 @@ for s in "$@"; do
       on $D/conv_body_loads.patch || exit 1
       PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
       undo )
+    ;;
+  c2)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/c2.tgz -C /tmp s56_c2" EXIT
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      c2g() {
+        PYTHONPATH=$PWD timeout -k 5 ${C2_S:-90} python3 benchmarks/bench.py --suites=prefill \
+          --lengths=20,37,40,41,72 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
+        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
+        tar czf ${OUT:-/tmp/out}/c2.tgz -C /tmp s56_c2; }
+      for k in 1 2; do
+        c2g old$k
+        on $D/conv_short_body.patch || exit 1
+        c2g new$k
+        undo
+      done
+      NCU_MORE=,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct,\
+smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct,\
+smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,\
+smsp__warp_issue_stalled_branch_resolving_per_warp_active.pct,\
+smsp__warp_issue_stalled_not_selected_per_warp_active.pct,\
+smsp__warp_issue_stalled_selected_per_warp_active.pct,\
+smsp__warp_issue_stalled_dispatch_stall_per_warp_active.pct,\
+smsp__warp_issue_stalled_drain_per_warp_active.pct
+      export NCU_MORE
+      on $D/conv_body_loads.patch || exit 1
+      PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
+      undo
+      PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72 )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
