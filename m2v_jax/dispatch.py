@@ -33,14 +33,18 @@ f32 = jnp.float32
 # Body rows from which `prefill` takes the chunked path by default: the ties of the verify
 # kernels' body (32-row products) with the chunked scan, bf16 activations. Against the whole
 # scan in one kernel (`ChunkTiles.fused_y`: Bolt's table entries; BENCHMARKS.md, "Session
-# 53" and "Session 54", H100): bf16 products, serial / chunked time at B=1 0.84 at 29 body
-# rows, 1.02 at 40, 1.13 at 96; at B=2 and 8 1.03 and 1.00 at 64, 1.23 and 1.15 at 128 (B=4
-# and B >= 16 not measured); "highest" with bfloat16 activations (P tiles of 32) at B=1 0.98
-# at 160, 1.08 at 192; at B=2 0.92-0.93 at 592-992, 1.00 at 1992; at B=4 and 8 0.82-0.88 at
-# 592-1992. Against the earlier kernels, which other entries still run ("Session 38" to
-# "Session 41"): bf16 products 160 at B=1 and 360 above; float32 activations (not bf16
-# products; their serial products take more passes) 40; other 16-bit cases (tf32 products,
-# float16 activations, "highest" without the one kernel) 400.
+# 53", "Session 54" and "Session 56", H100), serial / chunked time by body rows:
+# - bf16 products: at B=1 0.84 at 29, 1.02 at 40, 1.13 at 96; at B=2 and 8 1.03 and 1.00 at
+#   64, 1.23 and 1.15 at 128 (B=4 and B >= 16 not measured);
+# - "highest" with bfloat16 activations (P tiles of 32 at B=1): at B=1 0.98 at 160, 1.08 at
+#   192; at B=2 0.92-0.93 at 592-992, 1.00 at 1992, 1.01 at 4088; at B=3 1.08 at 1992-2992;
+#   at B=5 1.03 at 2992; at B=4 and 8 0.82-0.90 from 592 to 8184, at B=6, 7, 12 and 16
+#   0.88-0.95 at 1992-4088. So from 4 sequences the serial path runs bodies up to 8191 rows
+#   (past 8184 not measured; at B=5 and 2992 rows that costs 1.03x the chunked time).
+# Against the earlier kernels, which other entries still run ("Session 38" to "Session 41"):
+# bf16 products 160 at B=1 and 360 above; float32 activations (not bf16 products; their
+# serial products take more passes) 40; other 16-bit cases (tf32 products, float16
+# activations, "highest" without the one kernel) 400.
 MIN_CHUNKED_ROWS = 400
 MIN_CHUNKED_ROWS_BF16 = 40
 MIN_CHUNKED_ROWS_BF16_BATCHED = 64
@@ -48,6 +52,8 @@ MIN_CHUNKED_ROWS_BF16_KERNELS = 160
 MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED = 360
 MIN_CHUNKED_ROWS_HIGHEST_BF16 = 168
 MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED = 2048
+MIN_CHUNKED_ROWS_HIGHEST_BF16_WIDE = 8192
+HIGHEST_BF16_WIDE_BATCH = 4                 # sequences from which _WIDE applies
 MIN_CHUNKED_ROWS_F32 = 40
 
 
@@ -70,7 +76,8 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   (with bf16 products `MIN_CHUNKED_ROWS_BF16` at B=1, `MIN_CHUNKED_ROWS_BF16_BATCHED` above,
   where the geometry's table entry runs the scan in one kernel, else
   `MIN_CHUNKED_ROWS_BF16_KERNELS[_BATCHED]`; "highest" with bfloat16 activations in one
-  kernel `MIN_CHUNKED_ROWS_HIGHEST_BF16[_BATCHED]`; `MIN_CHUNKED_ROWS_F32` with float32
+  kernel `MIN_CHUNKED_ROWS_HIGHEST_BF16` at B=1, `[_BATCHED]` at B=2 and 3, `[_WIDE]` from
+  `HIGHEST_BF16_WIDE_BATCH`; `MIN_CHUNKED_ROWS_F32` with float32
   activations and other products). `batch` counts the
   call's sequences (padding entries too; under `sharding.sharded`, one device's). A ragged
   prefill (`num_rows` with R > capacity) must take it. Raises ValueError where the path asked
@@ -96,7 +103,8 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
                   else MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED)
     elif precision == config_lib.HIGHEST and jnp.dtype(dtype) == jnp.bfloat16 and one_kernel:
       min_rows = (MIN_CHUNKED_ROWS_HIGHEST_BF16 if batch == 1
-                  else MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED)
+                  else MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED if batch < HIGHEST_BF16_WIDE_BATCH
+                  else MIN_CHUNKED_ROWS_HIGHEST_BF16_WIDE)
     elif jnp.dtype(dtype) == jnp.float32:
       min_rows = MIN_CHUNKED_ROWS_F32
     else:

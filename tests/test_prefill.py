@@ -278,6 +278,7 @@ _THRESHOLDS = {"MIN_CHUNKED_ROWS": 23, "MIN_CHUNKED_ROWS_BF16": 11,
                "MIN_CHUNKED_ROWS_BF16_BATCHED": 13, "MIN_CHUNKED_ROWS_BF16_KERNELS": 17,
                "MIN_CHUNKED_ROWS_BF16_KERNELS_BATCHED": 19,
                "MIN_CHUNKED_ROWS_HIGHEST_BF16": 29, "MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED": 37,
+               "MIN_CHUNKED_ROWS_HIGHEST_BF16_WIDE": 41,
                "MIN_CHUNKED_ROWS_F32": 31}
 
 
@@ -286,7 +287,9 @@ _THRESHOLDS = {"MIN_CHUNKED_ROWS": 23, "MIN_CHUNKED_ROWS_BF16": 11,
     (128, jnp.bfloat16, None, 8, "MIN_CHUNKED_ROWS_BF16_BATCHED"),
     (128, jnp.bfloat16, "highest", 1, "MIN_CHUNKED_ROWS_HIGHEST_BF16"),
     (128, jnp.bfloat16, "highest", 2, "MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED"),
-    (128, jnp.bfloat16, "highest", 8, "MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED"),
+    (128, jnp.bfloat16, "highest", 3, "MIN_CHUNKED_ROWS_HIGHEST_BF16_BATCHED"),
+    (128, jnp.bfloat16, "highest", 4, "MIN_CHUNKED_ROWS_HIGHEST_BF16_WIDE"),
+    (128, jnp.bfloat16, "highest", 8, "MIN_CHUNKED_ROWS_HIGHEST_BF16_WIDE"),
     (128, jnp.float16, "highest", 1, "MIN_CHUNKED_ROWS"),
     (128, jnp.float16, "highest", 8, "MIN_CHUNKED_ROWS"),
     (128, jnp.float32, None, 2, "MIN_CHUNKED_ROWS_F32"),
