@@ -10,6 +10,11 @@
 #       R=9-40 at capacity 8) against the library's code, old / new, twice; R=20, 37, 40, 41
 #       and 72. Then ncu of the conv launch at R=72 with `conv_body_loads.patch` as written,
 #       with the stalls call 3 did not count (no instruction, lg throttle, ...).
+#   c2t: the compiled tests of the serial paths and snapshot mode with `conv_short_body.patch`
+#       applied (C2T_TEST_S seconds).
+#   tb: bf16 products, serial against chunked (the prefill suite's `serial` and `chunked`
+#       cases) at the batches `dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED` (64) was not measured
+#       at: B=3, 4, 5 and 16, R=56, 72, 104 and 136; TB_SPECS="B:R,R ..." replaces those.
 D=$(dirname "$0")
 . $D/lib.sh
 for s in "$@"; do
@@ -68,6 +73,23 @@ smsp__warp_issue_stalled_drain_per_warp_active.pct
       PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
       undo
       PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72 )
+    ;;
+  c2t)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/c2t.tgz -C /tmp s56_c2t" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      on $D/conv_short_body.patch || exit 1
+      gpu_tests $S "prefill or snapshot or state_dtype or serial" ${C2T_TEST_S:-300} )
+    ;;
+  tb)
+    ( trap "tar czf ${OUT:-/tmp/out}/tb.tgz -C /tmp s56_tb" EXIT
+      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      for spec in ${TB_SPECS:-3:56,72,104,136 4:56,72,104,136 5:56,72,104,136 16:56,72,104,136}; do
+        b=${spec%%:*}
+        PYTHONPATH=$PWD timeout -k 5 ${TB_S:-120} python3 benchmarks/bench.py --suites=prefill \
+          --prefill_batch=$b --lengths=${spec#*:} --prefill_cases=serial,chunked \
+          --out=$S/tb_b$b.json > $S/tb_b$b.log 2>&1
+        grep -hE "^\| (snap|comp)|rror" $S/tb_b$b.log | cut -c1-110
+      done )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
