@@ -17,6 +17,12 @@
 #       at: B=3, 4, 5 and 16, R=56, 72, 104 and 136; TB_SPECS="B:R,R ..." replaces those.
 D=$(dirname "$0")
 . $D/lib.sh
+serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S seconds at most);
+  # the stage's results so far packed after each run (a run cut off by the call's limit keeps them)
+  PYTHONPATH=$PWD timeout -k 5 ${SER_S:-90} python3 benchmarks/bench.py --suites=prefill \
+    --lengths=$2 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
+  echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
+  tar czf ${OUT:-/tmp/out}/$s.tgz -C /tmp s56_$s; }
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   S=/tmp/s56_$s; rm -rf $S; mkdir -p $S
@@ -27,15 +33,10 @@ for s in "$@"; do
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
       sed 's/^+UNROLL_TILES = 2 /+UNROLL_TILES = 1 /' $D/conv_body_loads.patch > $S/one_tile.patch
       grep -q "^+UNROLL_TILES = 1 " $S/one_tile.patch || exit 1
-      c1g() {
-        PYTHONPATH=$PWD timeout -k 5 ${C1_S:-90} python3 benchmarks/bench.py --suites=prefill \
-          --lengths=20,37,40,72 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
-        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
-        tar czf ${OUT:-/tmp/out}/c1.tgz -C /tmp s56_c1; }
       for k in 1 2; do
-        c1g old$k
+        serg old$k 20,37,40,72
         on $S/one_tile.patch || exit 1
-        c1g one$k
+        serg one$k 20,37,40,72
         undo
       done
       NCU_MORE=,smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum
@@ -49,15 +50,10 @@ for s in "$@"; do
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c2.tgz -C /tmp s56_c2" EXIT
       trap "exit 1" TERM INT
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      c2g() {
-        PYTHONPATH=$PWD timeout -k 5 ${C2_S:-90} python3 benchmarks/bench.py --suites=prefill \
-          --lengths=20,37,40,41,72 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
-        echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
-        tar czf ${OUT:-/tmp/out}/c2.tgz -C /tmp s56_c2; }
       for k in 1 2; do
-        c2g old$k
+        serg old$k 20,37,40,41,72
         on $D/conv_short_body.patch || exit 1
-        c2g new$k
+        serg new$k 20,37,40,41,72
         undo
       done
       NCU_MORE=,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct,\
