@@ -37,10 +37,12 @@ f32 = jnp.float32
 # - bf16 products: at B=1 0.84 at 29, 1.02 at 40, 1.13 at 96; at B=2 and 8 1.03 and 1.00 at
 #   64, 1.23 and 1.15 at 128 (B=4 and B >= 16 not measured);
 # - "highest" with bfloat16 activations (P tiles of 32 at B=1): at B=1 0.98 at 160, 1.08 at
-#   192; at B=2 0.92-0.93 at 592-992, 1.00 at 1992, 1.01 at 4088; at B=3 1.08 at 1992-2992;
-#   at B=5 1.03 at 2992; at B=4 and 8 0.82-0.90 from 592 to 8184, at B=6, 7, 12 and 16
-#   0.88-0.95 at 1992-4088. So from 4 sequences the serial path runs bodies up to 8191 rows
-#   (past 8184 not measured; at B=5 and 2992 rows that costs 1.03x the chunked time).
+#   192; at B=2 0.92-0.93 at 592-992, 1.00 at 1992, 1.01 at 4088; at B=3 1.08-1.09 at
+#   1992-2992; at B=5 1.03 at 2992; at B=4 and 8 0.82-0.90 from 592 to 8184, at B=6, 12 and
+#   16 0.88-0.92 at 1992-4088, at B=7 0.95 (within noise: 95% CI 0.92-1.02). So from 4
+#   sequences the serial path runs bodies up to 8191 rows (past 8184 not measured, nor
+#   B=9-11, 13-15 and above 16, nor compact mode; at B=5 and 2992 rows that costs 1.03x
+#   the chunked time).
 # Against the earlier kernels, which other entries still run ("Session 38" to "Session 41"):
 # bf16 products 160 at B=1 and 360 above; float32 activations (not bf16 products; their
 # serial products take more passes) 40; other 16-bit cases (tf32 products, float16

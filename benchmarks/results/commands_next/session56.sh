@@ -72,7 +72,8 @@ smsp__warp_issue_stalled_drain_per_warp_active.pct
     ;;
   c2t)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c2t.tgz -C /tmp s56_c2t" EXIT
-      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
       on $D/conv_short_body.patch || exit 1
       gpu_tests $S "prefill or snapshot or state_dtype or serial" ${C2T_TEST_S:-300} )
     ;;
