@@ -79,11 +79,10 @@ def use_chunked(cfg: config_lib.Mamba2Config, backend: str, R: int, chunked: boo
   where the geometry's table entry runs the scan in one kernel, else
   `MIN_CHUNKED_ROWS_BF16_KERNELS[_BATCHED]`; "highest" with bfloat16 activations in one
   kernel `MIN_CHUNKED_ROWS_HIGHEST_BF16` at B=1, `[_BATCHED]` at B=2 and 3, `[_WIDE]` from
-  `HIGHEST_BF16_WIDE_BATCH`; `MIN_CHUNKED_ROWS_F32` with float32
-  activations and other products). `batch` counts the
-  call's sequences (padding entries too; under `sharding.sharded`, one device's). A ragged
-  prefill (`num_rows` with R > capacity) must take it. Raises ValueError where the path asked
-  for cannot run."""
+  `HIGHEST_BF16_WIDE_BATCH`; `MIN_CHUNKED_ROWS_F32` with float32 activations and other
+  products). `batch` counts the call's sequences (padding entries too; under
+  `sharding.sharded`, one device's). A ragged prefill (`num_rows` with R > capacity) must
+  take it. Raises ValueError where the path asked for cannot run."""
   runs = chunk_scan.supported(cfg) or backend == config_lib.INTERPRET
   if chunked and not runs and backend == config_lib.PALLAS:
     raise ValueError(f"chunked: {_UNSUPPORTED.format(cfg=cfg)}")

@@ -85,9 +85,8 @@ def prefill(cfg: Mamba2Config, params: params_lib.LayerParams, state, xbc, dt, s
   run through the chunked SSD scan when `chunked` (default `dispatch.use_chunked`: at Bolt
   bodies of 40 rows or more with bf16 products, 64 in a call of two or more sequences, 168
   at "highest" with bfloat16 activations, 2048 in a call of two or three sequences, 8192 from
-  four; 40 with
-  float32 activations and other products; 400 in other 16-bit cases of "highest" or tf32
-  products; other geometries in docs/design.md), products at `cfg.prefill_precision`,
+  four; 40 with float32 activations and other products; 400 in other 16-bit cases of
+  "highest" or tf32 products; other geometries in docs/design.md), products at `cfg.prefill_precision`,
   else through the verify kernels in segments of `TileConfig.body_rows` rows, each folded in
   one float32-accurate product; the last capacity rows through the verify kernels. With `num_rows`
   each sequence hands off as a prefill of its own n rows (ragged).
