@@ -12,6 +12,9 @@
 #       with the stalls call 3 did not count (no instruction, lg throttle, ...).
 #   c2t: the compiled tests of the serial paths and snapshot mode with `conv_short_body.patch`
 #       applied (C2T_TEST_S seconds).
+#   n72: ncu of R=72's conv launch with `conv_body_loads.patch` and without: the busiest SM's
+#       active cycles against the average (is one program, the dt one or a conv one, the
+#       long pole?).
 #   tb: bf16 products, serial against chunked (the prefill suite's `serial` and `chunked`
 #       cases) at the batches `dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED` (64) was not measured
 #       at: B=3, 4, 5 and 16, R=56, 72, 104 and 136; TB_SPECS="B:R,R ..." replaces those.
@@ -76,6 +79,18 @@ smsp__warp_issue_stalled_drain_per_warp_active.pct
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
       on $D/conv_short_body.patch || exit 1
       gpu_tests $S "prefill or snapshot or state_dtype or serial" ${C2T_TEST_S:-300} )
+    ;;
+  n72)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/n72.tgz -C /tmp s56_n72" EXIT
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      NCU_MORE=,sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_elapsed.max,\
+smsp__warp_issue_stalled_no_instruction_per_warp_active.pct
+      export NCU_MORE
+      PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72
+      on $D/conv_body_loads.patch || exit 1
+      PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
+      undo )
     ;;
   tb)
     ( trap "tar czf ${OUT:-/tmp/out}/tb.tgz -C /tmp s56_tb" EXIT
