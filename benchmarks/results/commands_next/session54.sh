@@ -5,7 +5,7 @@
 #   hb: "highest" with bfloat16 activations, serial against chunked (the prefill suite's
 #       `serial` and `highest` cases): B=1 near the tie (R=168-232), B=2 and 4 at R=360-2000,
 #       B=8 at R=1000 and 2000 (session 54's call 1 measured B=8 R=232-472); HB_SPECS="B:R,R ..."
-#       replaces those.
+#       replaces those, HB_CASES the prefill suite's cases (serial,chunked: bf16 products).
 #   tl: timelines of the bf16 chunked prefill at B=8, R=1712 (8 x 1712 rows, about the packed
 #       suite's 13,700) and B=1, R=512: the verify tail's share (its SSM launch writes the
 #       capacity's states of every sequence).
@@ -33,7 +33,7 @@ for s in "$@"; do
       for spec in ${HB_SPECS:-1:168,200,232 2:360,600,1000,2000 4:600,1000,2000 8:1000,2000}; do
         b=${spec%%:*}
         PYTHONPATH=$PWD timeout -k 5 ${HB_S:-150} python3 benchmarks/bench.py --suites=prefill \
-          --prefill_batch=$b --lengths=${spec#*:} --prefill_cases=serial,highest \
+          --prefill_batch=$b --lengths=${spec#*:} --prefill_cases=${HB_CASES:-serial,highest} \
           --out=$S/hb_b$b.json > $S/hb_b$b.log 2>&1
         grep -hE "^\| (snap|comp)|rror" $S/hb_b$b.log | cut -c1-110
       done )

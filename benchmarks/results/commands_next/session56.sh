@@ -15,9 +15,9 @@
 #   n72: ncu of R=72's conv launch with `conv_body_loads.patch` and without: the busiest SM's
 #       active cycles against the average (is one program, the dt one or a conv one, the
 #       long pole?).
-#   tb: bf16 products, serial against chunked (the prefill suite's `serial` and `chunked`
-#       cases) at the batches `dispatch.MIN_CHUNKED_ROWS_BF16_BATCHED` (64) was not measured
-#       at: B=3, 4, 5 and 16, R=56, 72, 104 and 136; TB_SPECS="B:R,R ..." replaces those.
+# The bf16-product ties at B=3, 4, 5 and 16 run as session54.sh's `hb` with other cases:
+#   HB_CASES=serial,chunked HB_SPECS="3:56,72,104,136 4:56,72,104,136 5:56,72,104,136
+#   16:56,72,104,136" bash benchmarks/results/commands_next/session54.sh hb
 D=$(dirname "$0")
 . $D/lib.sh
 serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S seconds at most);
@@ -26,6 +26,12 @@ serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S sec
     --lengths=$2 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
   echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
   tar czf ${OUT:-/tmp/out}/$s.tgz -C /tmp s56_$s; }
+conv72() {  # conv72 METRICS: ncu of R=72's conv launch (B=1 bf16 serial), the library's code
+  # then with `conv_body_loads.patch`, with the further METRICS (",name,name...")
+  NCU_MORE=$1 PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72
+  on $D/conv_body_loads.patch || return 1
+  NCU_MORE=$1 PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
+  undo; }
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
   S=/tmp/s56_$s; rm -rf $S; mkdir -p $S
@@ -42,12 +48,7 @@ for s in "$@"; do
         serg one$k 20,37,40,72
         undo
       done
-      NCU_MORE=,smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum
-      export NCU_MORE
-      PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72
-      on $D/conv_body_loads.patch || exit 1
-      PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
-      undo )
+      conv72 ,smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum )
     ;;
   c2)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c2.tgz -C /tmp s56_c2" EXIT
@@ -59,19 +60,14 @@ for s in "$@"; do
         serg new$k 20,37,40,41,72
         undo
       done
-      NCU_MORE=,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct,\
+      conv72 ,smsp__warp_issue_stalled_no_instruction_per_warp_active.pct,\
 smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct,\
 smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct,\
 smsp__warp_issue_stalled_branch_resolving_per_warp_active.pct,\
 smsp__warp_issue_stalled_not_selected_per_warp_active.pct,\
 smsp__warp_issue_stalled_selected_per_warp_active.pct,\
 smsp__warp_issue_stalled_dispatch_stall_per_warp_active.pct,\
-smsp__warp_issue_stalled_drain_per_warp_active.pct
-      export NCU_MORE
-      on $D/conv_body_loads.patch || exit 1
-      PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
-      undo
-      PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72 )
+smsp__warp_issue_stalled_drain_per_warp_active.pct )
     ;;
   c2t)
     ( trap "undo; tar czf ${OUT:-/tmp/out}/c2t.tgz -C /tmp s56_c2t" EXIT
@@ -84,24 +80,8 @@ smsp__warp_issue_stalled_drain_per_warp_active.pct
     ( trap "undo; tar czf ${OUT:-/tmp/out}/n72.tgz -C /tmp s56_n72" EXIT
       trap "exit 1" TERM INT
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      NCU_MORE=,sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_elapsed.max,\
-smsp__warp_issue_stalled_no_instruction_per_warp_active.pct
-      export NCU_MORE
-      PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72
-      on $D/conv_body_loads.patch || exit 1
-      PROFILE_ARGS=--nochunked ncu_k $S conv72_two m2v_conv 72
-      undo )
-    ;;
-  tb)
-    ( trap "tar czf ${OUT:-/tmp/out}/tb.tgz -C /tmp s56_tb" EXIT
-      nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      for spec in ${TB_SPECS:-3:56,72,104,136 4:56,72,104,136 5:56,72,104,136 16:56,72,104,136}; do
-        b=${spec%%:*}
-        PYTHONPATH=$PWD timeout -k 5 ${TB_S:-120} python3 benchmarks/bench.py --suites=prefill \
-          --prefill_batch=$b --lengths=${spec#*:} --prefill_cases=serial,chunked \
-          --out=$S/tb_b$b.json > $S/tb_b$b.log 2>&1
-        grep -hE "^\| (snap|comp)|rror" $S/tb_b$b.log | cut -c1-110
-      done )
+      conv72 ,sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_elapsed.max,\
+smsp__warp_issue_stalled_no_instruction_per_warp_active.pct )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
