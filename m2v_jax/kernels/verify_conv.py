@@ -15,6 +15,7 @@ from m2v_jax.kernels import tiles as tiles_lib
 
 f32 = jnp.float32
 BODY_TILE = 32   # body rows (R > capacity) per tile of the conv and dt programs
+UNROLL_ROWS = 32  # bodies whose tiles cover at most this many rows load every row at once
 
 
 def body_tiles(body: int):
@@ -166,9 +167,11 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
              for j in range(K1)]
       win = [jnp.where(rb > 0, jnp.where(rb + j >= K1, r, o), w)
              for j, (r, o, w) in enumerate(zip(raw, old, win))]
-    # Compiled (and in a tree), the kept rows' loads before the barrier (one round trip; the
-    # window is read before it is overwritten); interpreted, a fori_loop: less to compile.
+    # Compiled (and in a tree), the kept rows' loads before the barrier, with a short body's
+    # (one round trip; the window is read before it is overwritten); interpreted, the kept
+    # rows in a fori_loop: less to compile.
     raws = [x_row(i, cs) for i in range(body, R)] if R and (triton or plan.tree) else None
+    pre = _body_loads(plan, b, cs, win, xbc_ref) if body else None
     backend.barrier(plan.interpret)
 
     def store_conv(window, *slot):
@@ -199,7 +202,7 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
       return nxt
 
     if body:
-      win = _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref)
+      win = _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref, pre)
       if plan.compact:
         store_conv(win)
     if plan.tree:                      # each row from its parent's window (R <= capacity)
@@ -253,14 +256,20 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
         if body:
           U, G = body_tiles(body)
 
-          def tile(g, c):
+          def load(g):
             rows = pl.ds(jnp.minimum(g * U, body - U), U)
-            dtp = rowmath.process_dt(dt_ref[b, rows, hs].astype(f32), bias[None, :],
-                                     cfg.dt_limit)
+            return rows, dt_ref[b, rows, hs]
+
+          def tile(rows, raw):
+            dtp = rowmath.process_dt(raw.astype(f32), bias[None, :], cfg.dt_limit)
             r = rows.start + lax.broadcasted_iota(jnp.int32, (U, 1), 0)
             dtr_ref[b, rows, hs] = jnp.where(r < n, dtp, 0.0)
-            return c
-          lax.fori_loop(0, G, tile, 0)
+
+          if U * G <= UNROLL_ROWS:       # a short body's rows loaded at once
+            for rows, raw in [load(g) for g in range(G)]:
+              tile(rows, raw)
+          else:
+            lax.fori_loop(0, G, lambda g, c: (tile(*load(g)), c)[1], 0)
         if plan.tree:                  # path sums cum_t = cum_parent + dt_t A, as the SSM's
           A = -jnp.exp(alog_ref[hs])   # `dual.path_decay` adds them (R <= capacity)
           sums = []                    # [cum_i] of each row so far
@@ -280,32 +289,62 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
           dtr_ref[b, i, hs] = jnp.zeros((BH,), f32)
 
 
-def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref):
-  """Post-conv rows [0, body) of sequence b in tiles of rows (no chain from row to row), taps
-  before row 0 from `win`; returns the window after them (the last K-1 raw rows, float32)."""
+def _body_tile(plan, b, cs, win, xbc_ref, g):
+  """(rows, their indices [U, 1], the K taps' input rows [U, BC] each) of body tile g of
+  sequence b; rows before row 0 from `win`."""
   K1, body = len(win), plan.body
-  U, G = body_tiles(body)
-  taps2, bias2 = [t[None, :] for t in taps], bias[None, :]
+  U, _ = body_tiles(body)
+  rows = pl.ds(jnp.minimum(g * U, body - U), U)
+  r = rows.start + lax.broadcasted_iota(jnp.int32, (U, 1), 0)
 
-  def tile(g, c):
-    rows = pl.ds(jnp.minimum(g * U, body - U), U)
-    r = rows.start + lax.broadcasted_iota(jnp.int32, (U, 1), 0)
+  def tap(k):                                         # input row r - K1 + k
+    src = r - K1 + k
+    v = xbc_ref[b, jnp.maximum(src[:, 0], 0), cs].astype(f32)
+    for j in range(K1):
+      v = jnp.where(src == j - K1, win[j][None, :], v)
+    return v
 
-    def tap(k):                                       # input row r - K1 + k, [U, BC]
-      src = r - K1 + k
-      v = xbc_ref[b, jnp.maximum(src[:, 0], 0), cs].astype(f32)
-      for j in range(K1):
-        v = jnp.where(src == j - K1, win[j][None, :], v)
-      return v
+  return rows, r, [tap(k) for k in range(K1 + 1)]     # every load before the arithmetic
 
-    window = [tap(k) for k in range(K1 + 1)]          # every load before the arithmetic
-    out = rowmath.conv_output(taps2, window, bias2, plan.y_dtype, not plan.interpret)
-    xr_ref[b, rows, cs] = jnp.where(r < n, out, 0.0).astype(xr_ref.dtype)
-    return c
 
-  lax.fori_loop(0, G, tile, 0)
+def _body_end(plan, b, cs, win, xbc_ref):
+  """The window after the body: its last K-1 raw rows (float32), from `win` where the body
+  is shorter."""
+  K1, body = len(win), plan.body
   return [xbc_ref[b, body - K1 + j, cs].astype(f32) if body - K1 + j >= 0 else win[body + j]
           for j in range(K1)]
+
+
+def _body_loads(plan, b, cs, win, xbc_ref):
+  """Every input row of a body whose tiles cover at most `UNROLL_ROWS` rows, and the window
+  after it, as `_conv_body` takes them (loaded at once, before the window's slot is
+  overwritten); None for a longer body (its tiles then load in a loop)."""
+  U, G = body_tiles(plan.body)
+  if U * G > UNROLL_ROWS:
+    return None
+  return ([_body_tile(plan, b, cs, win, xbc_ref, g) for g in range(G)],
+          _body_end(plan, b, cs, win, xbc_ref))
+
+
+def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref, loads=None):
+  """Post-conv rows [0, body) of sequence b in tiles of rows (no chain from row to row), taps
+  before row 0 from `win`, or from `loads` (`_body_loads`); returns the window after them
+  (the last K-1 raw rows, float32)."""
+  taps2, bias2 = [t[None, :] for t in taps], bias[None, :]
+
+  def finish(rows, r, window):
+    out = rowmath.conv_output(taps2, window, bias2, plan.y_dtype, not plan.interpret)
+    xr_ref[b, rows, cs] = jnp.where(r < n, out, 0.0).astype(xr_ref.dtype)
+
+  if loads is not None:
+    tiles, end = loads
+    for tile in tiles:
+      finish(*tile)
+    return end
+  _, G = body_tiles(plan.body)
+  lax.fori_loop(0, G, lambda g, c: (finish(*_body_tile(plan, b, cs, win, xbc_ref, g)), c)[1],
+                0)
+  return _body_end(plan, b, cs, win, xbc_ref)
 
 
 def conv(plan, params, state, args, parents=None, lead=None):
