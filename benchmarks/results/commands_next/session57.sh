@@ -1,0 +1,28 @@
+#!/bin/bash
+# Session 57's calls, from the repository root on HEAD:
+#   OUT=/tmp/out bash benchmarks/results/commands_next/session57.sh STAGE...
+# Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session57/README.md.
+#   x1: x's conv in the fused kernel (`ChunkTiles.fused_xconv=1`; the body conv then forms
+#       only B, C and dt): chunk_sweep against the table's entry, bf16 B=1 at R=4096 and
+#       512 (in 4 warps, as the table, and in 8; the table's in 8 for reference), B=8
+#       R=1712 (about the packed suite's rows), and "highest" B=1 R=4096 (P tiles of 32).
+D=$(dirname "$0")
+. $D/lib.sh
+XB=chunk=64:block_p=64:state_heads=16:fused_pass=1:fused_y=1:out_rows=64:out_cols=64
+for s in "$@"; do
+  echo "== $s $(date -u +%H:%M:%S)"
+  S=/tmp/s57_$s; rm -rf $S; mkdir -p $S
+  case $s in
+  x1)
+    ( trap "tar czf ${OUT:-/tmp/out}/x1.tgz -C /tmp s57_x1" EXIT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      T=${X1_S:-110} sweep $S bf16_4096 4096 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1,$XB:state_warps=8
+      T=${X1_S:-110} sweep $S bf16_512 512 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1
+      BATCH=8 T=${X1_S:-110} sweep $S bf16_b8_1712 1712 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1
+      PREC=--prefill_precision=highest T=${X1_S:-110} sweep $S highest_4096 4096 \
+        ${XB/block_p=64/block_p=32}:fused_xconv=1 )
+    ;;
+  *) echo "unknown stage $s" >&2; exit 2 ;;
+  esac
+done
+echo "== end $(date -u +%H:%M:%S)"
