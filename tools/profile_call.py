@@ -45,7 +45,7 @@ flags.DEFINE_bool("z", False, "gated calls: z given (random, the activation dtyp
 flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
 flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
                   "launches, the body in segments of TileConfig.body_rows rows)")
-flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles fields joined by ':' "
+flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles as from_text reads them "
                     "instead of the table's")
 flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],
                   "with --prefill: the product precision (default: by the activation dtype)")
@@ -77,7 +77,7 @@ def main(argv):
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
   if FLAGS.prefill:
     cfg = cfg.replace(prefill_precision=FLAGS.precision)
-    ct = m.ChunkTiles(*map(int, FLAGS.chunk_tiles.split(":"))) if FLAGS.chunk_tiles else None
+    ct = m.ChunkTiles.from_text(FLAGS.chunk_tiles) if FLAGS.chunk_tiles else None
     step = jax.jit(lambda s: m.prefill(cfg, params, s, xbc, dt, jnp.zeros((B,), jnp.int32),
                                        z=z, chunked=FLAGS.chunked, chunk_tiles=ct),
                    donate_argnums=0)

@@ -6,6 +6,8 @@
 #       only B, C and dt): chunk_sweep against the table's entry, bf16 B=1 at R=4096 and
 #       512 (in 4 warps, as the table, and in 8; the table's in 8 for reference), B=8
 #       R=1712 (about the packed suite's rows), and "highest" B=1 R=4096 (P tiles of 32).
+#   n1: ncu at B=1 bf16 R=512 of the fused kernel and of the body conv, the table's entry
+#       and with fused_xconv=1 (4 warps): instructions, issue, stalls, local loads, L1 hits.
 D=$(dirname "$0")
 . $D/lib.sh
 XB=chunk=64:block_p=64:state_heads=16:fused_pass=1:fused_y=1:out_rows=64:out_cols=64
@@ -21,6 +23,17 @@ for s in "$@"; do
       BATCH=8 T=${X1_S:-110} sweep $S bf16_b8_1712 1712 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1
       PREC=--prefill_precision=highest T=${X1_S:-110} sweep $S highest_4096 4096 \
         ${XB/block_p=64/block_p=32}:fused_xconv=1 )
+    ;;
+  n1)
+    ( trap "tar czf ${OUT:-/tmp/out}/n1.tgz -C /tmp s57_n1" EXIT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      M=,smsp__sass_inst_executed_op_local_ld.sum,l1tex__t_sector_hit_rate.pct,sm__cycles_active.avg
+      for v in 0 1; do
+        NCU_S=70 NCU_MORE=$M PROFILE_ARGS=--chunk_tiles=$XB:fused_xconv=$v \
+          ncu_k $S fused_x$v m2v_chunk_fused 512
+        NCU_S=70 NCU_MORE=$M PROFILE_ARGS=--chunk_tiles=$XB:fused_xconv=$v \
+          ncu_k $S conv_x$v m2v_chunk_conv 512
+      done )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
