@@ -271,11 +271,8 @@ def packed_call(cfg, backend, params, state, args: CallArgs, base, span, trailin
     post, dts, seqs = chunk_conv.body_conv(p, seg, view, seqs, rows_in, dt, base, rb,
                                            state.conv, params.conv_weight, params.conv_bias,
                                            params.dt_bias)
-    conv_in = dict(xbc=rows_in, base=base, rb=chunk_conv.opening_rows(p, view, rb),
-                   conv=state.conv, conv_weight=params.conv_weight,
-                   conv_bias=params.conv_bias) if p.xconv else None
     ssm, y, carry = chunk_scan.chunk_scan(p, seg, view, seqs, post, dts, z,
-                                          params.A_log, params.D, ssm, y, carry, conv_in)
+                                          params.A_log, params.D, ssm, y, carry)
   state = state._replace(ssm=ssm)
   # Each sequence's last m = min(n, cap) rows, from row base + rb: one verify call that reads
   # them from the flat rows and writes their y into y (the rows' arrays give it only their

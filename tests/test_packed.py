@@ -215,37 +215,6 @@ class PackedChecks:
       for name, a, b in zip(type(got)._fields, got, before):
         assert_bitwise(a[e], b[e], f"entry {e}: {name}")
 
-  @pytest.mark.parametrize("mode,n,act", matrix([
-      ("snapshot", 1, jnp.bfloat16), ("compact", 3, jnp.float32),
-      ("snapshot", 4, jnp.float32), ("compact", 1, jnp.bfloat16)], keep={0, 1}))
-  def test_fused_xconv_equals_body_conv(self, mode, n, act):
-    """x's conv in the fused kernel (`fused_xconv`) against the body conv's, bitwise: y and
-    every entry, in n segments (bodies crossing them take their taps from the rows before),
-    nonzero conv states (taps before a body), a gate, a padding entry and a rejected prompt."""
-    cfg = small_cfg(mode=mode, headdim=16)
-    p = m.random_params(cfg, 13)
-    rng = np.random.default_rng(13)
-    lengths = [45, 5, 12, 61, 20, 33]
-    S, E = len(lengths), 7
-    cu, xbc, dt = packed_inputs(cfg, lengths, 2, rng, act)
-    z = dev(rng.normal(size=(xbc.shape[0], cfg.d_inner)), act)
-    idx = np.array([0, -1, 2, 3, 4, 6], np.int32)
-    rows = np.array([1, 0, 9, 0, 0, 2], np.int32)   # 9: prompt 2 rejected on the device
-    state = random_state(cfg, E, act, rng=rng)
-    body = m.ChunkTiles(chunk=16, fused_pass=1, fused_y=1, scratch_mb=0)
-    tiles = dataclasses.replace(body, fused_xconv=1)
-    if n > 1:
-      tiles = self.segmented(cfg, self.backend, state, xbc.shape[0], S, act, tiles, n)
-    before = copy_state(state)
-    run = lambda st, t: m.prefill_packed(cfg, p, st, xbc, dt, jnp.asarray(cu), z=z,
-                                         state_row=jnp.asarray(rows),
-                                         cache_indices=jnp.asarray(idx),
-                                         backend=self.backend, chunk_tiles=t)
-    got = self.as_one_scan(run, state, body, tiles)
-    for e in (2, 5):                                 # rejected, unused
-      for name, a, b in zip(type(got)._fields, got, before):
-        assert_bitwise(a[e], b[e], f"entry {e}: {name}")
-
   def test_a_full_segment_equals_one_scan(self):
     """Two prompts of capacity + 2L + 1 rows (three chunks each, cut 1 + 2) in two
     segments: the second holds `segment_slots` body slots, as many as the bound allows;

@@ -255,8 +255,6 @@ def test_chunk_heads_keep_the_grid_full():
     (dict(out_acum=2), "out_acum: expected 0 or 1"),
     (dict(fused_y=2), "fused_y: expected 0 or 1"),
     (dict(fused_y=1), "fused_y=1 needs fused_pass=1"),
-    (dict(fused_pass=1, fused_y=1, fused_xconv=2), "fused_xconv: expected 0 or 1"),
-    (dict(fused_pass=1, fused_xconv=1), "fused_xconv=1 needs fused_y=1"),
     (dict(out_cols=24), "out_cols: expected 0 or a power of two up to out_rows"),
     (dict(out_rows=32, out_cols=64), "out_cols: expected 0 or a power of two up to out_rows"),
     (dict(scratch_mb=-1), "scratch_mb: expected a finite value >= 0"),
@@ -355,14 +353,6 @@ def test_chunk_shorter_than_conv_state_is_rejected():
   with pytest.raises(ValueError, match="below the conv state"):
     pk.ChunkPlan(cfg=small_cfg(), T=48, S=1, E=1, has_z=False, y_dtype=jnp.float32,
                  tiles=m.ChunkTiles(chunk=2), interpret=True)
-
-
-def test_fused_xconv_needs_whole_chunk_blocks():
-  """x's conv in the fused kernel forms whole chunks: y blocks of fewer rows are rejected."""
-  tiles = m.ChunkTiles(chunk=32, out_rows=16, fused_pass=1, fused_y=1, fused_xconv=1)
-  with pytest.raises(ValueError, match="fused_xconv=1 needs y blocks of whole chunks"):
-    pk.ChunkPlan(cfg=small_cfg(), T=96, S=1, E=1, has_z=False, y_dtype=jnp.float32,
-                 tiles=tiles, interpret=True)
 
 
 @pytest.mark.parametrize("R,chunk", [(100, 16), (37, 64)])     # (37, 64): T below a chunk

@@ -28,8 +28,7 @@ def _weights(plan, w_ref, bias_ref, cols):
 def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_ref, ci_ref=None,
                  sr_ref=None, base_ref, rb_ref, head_ref, w_ref, bias_ref, dtb_ref, post_ref,
                  dtr_ref, seqs_out_ref=None, plan: ChunkPlan):
-  """Body conv and dt, grid (rows / conv_rows, C' / conv_cols + 1) over the channels C' from
-  `plan.conv_x0` (x's left to the fused kernel with `fused_xconv`): block q of slot
+  """Body conv and dt, grid (rows / conv_rows, C / conv_cols + 1): block q of slot
   q // (L / conv_rows); the first column of programs processes the block's dt (first, so
   that those programs start with the conv's, not after them). The conv runs
   one row at a time with the last K-1 input rows carried, so each input row is loaded once;
@@ -52,7 +51,7 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
                                starting slot), loaded only in the block that opens a body
     w_ref     [C, K] f32, bias_ref [C] f32, dtb_ref [H] f32 (dt_bias)
     post_ref  [rows, C]        post-conv rows in the activation dtype, L per body slot of the
-                               segment (channels before `plan.conv_x0` unwritten)
+                               segment
     dtr_ref   [rows, H] f32    processed dt of the same rows
     seqs_out_ref [7, S+1] int32  with ci_ref: the whole table, for the segment's other kernels
   """
@@ -63,7 +62,7 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
   q, j = pl.program_id(0), pl.program_id(1)
   i = q // (L // BR)
   t0 = (q % (L // BR)) * BR                                       # first row in the slot
-  cols = pl.ds(plan.conv_x0 + (j - 1) * BC, BC)
+  cols = pl.ds((j - 1) * BC, BC)
   s = jnp.minimum(seq_ref[i], S - 1)
   if ci_ref is None:
     runs = seqs_ref[chunk_scan.RUNS, seq_ref[i]] > 0
@@ -131,15 +130,6 @@ def _conv_kernel(*, xbc_ref, dt_ref, seq_ref, row_ref, len_ref, body_ref, seqs_r
       lax.fori_loop(0, BR // U, rows, first)
 
 
-def opening_rows(plan: ChunkPlan, slots: Slots, rb):
-  """rb [S] with 0 for the sequences whose body opens in an earlier segment (their taps
-  before a segment's first row come from xbc, not from the conv state)."""
-  if slots.opens is None:
-    return rb
-  xp = np if all(isinstance(a, np.ndarray) for a in (rb, slots.opens)) else jnp
-  return xp.where(slots.opens[:plan.S] > 0, rb, 0).astype(np.int32)
-
-
 def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xbc, dt, base, rb, conv,
               conv_weight, conv_bias, dt_bias):
   """(post-conv body rows [seg.body * L, C] in xbc's dtype, processed dt [seg.body * L, H]
@@ -158,7 +148,9 @@ def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xbc, dt, base, 
   C, H = cfg.conv_dim, cfg.nheads
   rows = seg.body * plan.chunk
   tag = chunk_scan.kernel_tag(plan, seg)
-  rb = opening_rows(plan, slots, rb)
+  if slots.opens is not None:                                # its first rows are elsewhere
+    xp = np if all(isinstance(a, np.ndarray) for a in (rb, slots.opens)) else jnp
+    rb = xp.where(slots.opens[:plan.S] > 0, rb, 0).astype(np.int32)
   call = isinstance(seqs, chunk_scan.CallSeqs)
   table = seqs.table if call else seqs
   out = backend.pallas_call(
@@ -172,6 +164,6 @@ def body_conv(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xbc, dt, base, 
       outputs=dict(post_ref=jax.ShapeDtypeStruct((rows, C), plan.y_dtype),
                    dtr_ref=jax.ShapeDtypeStruct((rows, H), f32),
                    seqs_out_ref=jax.ShapeDtypeStruct(table.shape, jnp.int32) if call else None),
-      grid=(rows // plan.conv_rows, (C - plan.conv_x0) // plan.conv_cols + 1), num_warps=plan.tiles.conv_warps,
+      grid=(rows // plan.conv_rows, C // plan.conv_cols + 1), num_warps=plan.tiles.conv_warps,
       num_stages=1, interpret=plan.interpret, name=f"m2v_chunk_conv_{tag}")
   return out["post_ref"], out["dtr_ref"], out["seqs_out_ref"] if call else seqs

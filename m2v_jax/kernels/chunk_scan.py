@@ -66,20 +66,6 @@ class ChunkPlan:
     if not self.interpret and min(dims.values()) < 16:
       raise ValueError(f"chunked prefill: compiled dots need {', '.join(dims)} >= 16, got "
                        f"{', '.join(map(str, dims.values()))}")
-    if self.xconv and min(self.out_rows, self.out_cols) < self.chunk:
-      raise ValueError(f"ChunkTiles.fused_xconv=1 needs y blocks of whole chunks: out_rows "
-                       f"{self.out_rows} and out_cols {self.out_cols} below the chunk "
-                       f"{self.chunk}")
-
-  @property
-  def xconv(self) -> bool:
-    """Whether the fused kernel forms x's conv (`ChunkTiles.fused_xconv`)."""
-    return bool(self.tiles.fused_y and self.tiles.fused_xconv)
-
-  @property
-  def conv_x0(self) -> int:
-    """The body conv's first channel: past x's where the fused kernel forms them."""
-    return self.cfg.d_inner if self.xconv else 0
 
   @property
   def chunk(self) -> int:
@@ -158,8 +144,8 @@ class ChunkPlan:
 
   @property
   def conv_cols(self) -> int:
-    """Channels per conv program, dividing the body conv's channels (from `conv_x0`)."""
-    return tiles_lib.pow2_divisor(self.cfg.conv_dim - self.conv_x0, self.tiles.conv_cols)
+    """Channels per conv program, dividing conv_dim."""
+    return tiles_lib.pow2_divisor(self.cfg.conv_dim, self.tiles.conv_cols)
 
   @property
   def silu(self):
@@ -637,8 +623,7 @@ def _chunk_states_pass_kernel(*, seqs_ref, xr_ref, dtr_ref, alog_ref, ssm_ref, s
 
 def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref, d_ref,
                         z_ref=None, ssm_ref, y_in_ref=None, ssm_out_ref, y_ref, carry_ref=None,
-                        carry_out_ref=None, xbc_ref=None, base_ref=None, rb_ref=None,
-                        head_ref=None, w_ref=None, bias_ref=None, plan: ChunkPlan):
+                        carry_out_ref=None, plan: ChunkPlan):
   """The whole scan of a sequence's body slots, grid (P / block_p, H, S+1): per slot in
   order, y from the carried state in blocks of out_rows rows (the causal sum in blocks of
   out_cols columns), then st = dec * st + own (`ChunkTiles.fused_y`).
@@ -646,8 +631,7 @@ def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref
     Refs as `_chunk_states_pass_kernel` and `_chunk_out_kernel` (no C·Bᵀ, starting states
     or loaded sums: C·Bᵀ and the cumulative dt·A are computed here); y_ref [T, H*P] gets the
     rows of the sequence's body slots (masked where a slot is partial), `_fill_value` where
-    the sequence does not run. With `plan.xconv` x's post-conv rows come from `_XConv`
-    (xbc_ref .. bias_ref as `chunk_conv._conv_kernel` takes them), not from xr_ref.
+    the sequence does not run.
   """
   del y_in_ref
   cfg = plan.cfg
@@ -721,23 +705,13 @@ def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref
         y = rowmath.gate(y, z.astype(f32))
       store_rows(row, n, r0, y.astype(y_ref.dtype))
 
-    xconv = _XConv(plan, dict(xbc_ref=xbc_ref, base_ref=base_ref, rb_ref=rb_ref,
-                              head_ref=head_ref, w_ref=w_ref, bias_ref=bias_ref),
-                   seqs_ref, b, xcols) if plan.xconv else None
-
     def rows_of(i):
-      """Slot i's x (with `xconv`, its raw rows), dt, flat row and row count: loaded a step
-      ahead."""
-      row, n = row_ref[i], len_ref[i]
-      if xconv is None:
-        return _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP) + (row, n)
-      return (xconv.raw(row, cfg.d_conv - 1), dtr_ref[pl.ds(i * L, L), h], row, n)
+      """Slot i's x, dt, flat row and row count: loaded a step ahead."""
+      return _slot_rows(plan, xr_ref, dtr_ref, i, h, pid_p, BP) + (row_ref[i], len_ref[i])
 
     def chunk(c, carry):               # the next slot's rows loaded before this one's work
       st, x, dtv, row, n = carry
       i = first + c
-      if xconv is not None:
-        x = xconv.post(x, row, n)
       ahead = rows_of(jnp.minimum(i + 1, last))
       bm = xr_ref[pl.ds(i * L, L), bcols]                                 # [L, N]
       cm = xr_ref[pl.ds(i * L, L), ccols] if BM == L else None            # [L, N]
@@ -762,49 +736,6 @@ def _chunk_fused_kernel(*, seqs_ref, row_ref, len_ref, xr_ref, dtr_ref, alog_ref
       return carry
 
     lax.fori_loop(0, count, fill, 0)
-
-
-class _XConv:
-  """x's causal conv in the fused kernel (`ChunkTiles.fused_xconv`), for one program's P
-  tile of sequence b: a slot's post-conv rows from its raw rows, the taps before a body's
-  first row from the conv state, as `chunk_conv._conv_kernel` forms them (the same sums)."""
-
-  def __init__(self, plan: ChunkPlan, refs, seqs_ref, b, xcols):
-    self.plan, self.b, self.xcols = plan, b, xcols
-    self.xbc_ref, self.base_ref, self.rb_ref = refs["xbc_ref"], refs["base_ref"], refs["rb_ref"]
-    self.head_ref, self.w_ref, self.bias_ref = refs["head_ref"], refs["w_ref"], refs["bias_ref"]
-    self.at = pool_entry(plan, seqs_ref, jnp.minimum(b, plan.S - 1))
-    self.t = lax.broadcasted_iota(jnp.int32, (plan.chunk, 1), 0)
-
-  def raw(self, row, k):
-    """Input rows row - (K-1) + k + t of the slot at flat row `row`, [L, BP] (clipped)."""
-    src = row - (self.plan.cfg.d_conv - 1) + k + self.t[:, 0]
-    return self.xbc_ref[jnp.clip(src, 0, self.plan.T - 1), self.xcols]
-
-  def post(self, raw, row, n):
-    """The slot's post-conv x [L, BP] in the activation dtype (zero past its n rows) from
-    `raw`, its aligned raw rows (`raw(row, K-1)`)."""
-    plan, K1 = self.plan, self.plan.cfg.d_conv - 1
-    s = jnp.minimum(self.b, plan.S - 1)
-    opens = (row == self.base_ref[s]) & (self.rb_ref[s] > 0)
-    head = [backend.load(self.head_ref.at[self.at + (self.xcols, pl.ds(j, 1))], opens)[:, 0]
-            .astype(f32)[None, :] for j in range(K1)]                     # [1, BP] each
-
-    def tap(k):
-      if k == K1:
-        return raw.astype(f32)
-      v = self.raw(row, k).astype(f32)
-      for j in range(K1):
-        v = jnp.where(opens & (self.t - K1 + k == j - K1), head[j], v)
-      return v
-
-    # The taps and bias loaded for each slot (L1 hits): held across the loop they would take
-    # registers the scan needs.
-    taps = [self.w_ref[self.xcols, k].astype(f32)[None, :] for k in range(K1 + 1)]  # [1, BP]
-    bias = self.bias_ref[self.xcols].astype(f32)[None, :]
-    out = rowmath.conv_output(taps, [functools.partial(tap, k) for k in range(K1 + 1)],
-                              bias, plan.y_dtype, not plan.interpret, plan.silu)
-    return jnp.where(self.t < n, out, 0.0).astype(plan.y_dtype)
 
 
 def _fill_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, y_in_ref=None, y_ref,
@@ -966,7 +897,7 @@ def _chunk_out_kernel(*, seq_ref, row_ref, len_ref, body_ref, seqs_ref, xr_ref, 
 
 
 def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_log, D, ssm,
-               y=None, carry=None, conv_in=None):
+               y=None, carry=None):
   """The chunked scan's kernels over one segment's slots (three with `fused_pass`, one or
   two with `fused_y`).
 
@@ -982,9 +913,6 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
     y: the previous segment's y (None for the first), written in place.
     carry: the previous segment's carried states [S, H, P, N] float32, a row per sequence
       (None for the first).
-    conv_in: with `plan.xconv`, the fused kernel's conv inputs: dict(xbc [T, C] raw rows,
-      base [S] and rb [S] int32 (`chunk_conv.opening_rows`), conv (the pool's conv
-      states), conv_weight [C, K], conv_bias [C]); xr's x channels are then not read.
 
   Returns:
     (ssm, y [T, H*P] in the activation dtype with the segment's slots' rows written, the
@@ -1011,7 +939,7 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
     carried["carry_ref"] = "carry_out_ref"
   if t.fused_y:
     return _fused_scan(plan, seg, slots, passing, passed_out, carried, launch, tag, xr, dtr,
-                       z, A_log, D, ssm, y, conv_in)
+                       z, A_log, D, ssm, y)
   sums = dict(dtr_ref=dtr, alog_ref=A_log) if t.out_acum else {}
   cb = launch(
       _chunk_cb_kernel, inputs=dict(table, xr_ref=xr, **sums),
@@ -1055,26 +983,18 @@ def chunk_scan(plan: ChunkPlan, seg: Segment, slots: Slots, seqs, xr, dtr, z, A_
 
 
 def _fused_scan(plan: ChunkPlan, seg: Segment, slots: Slots, passing, passed_out, carried,
-                launch, tag, xr, dtr, z, A_log, D, ssm, y, conv_in=None):
+                launch, tag, xr, dtr, z, A_log, D, ssm, y):
   """`chunk_scan` with `ChunkTiles.fused_y`: the fused kernel, then the fill of the slots
   that are not bodies (in the last segment, where any may have rows)."""
   cfg, t = plan.cfg, plan.tiles
   sds = jax.ShapeDtypeStruct
   outputs = dict(passed_out, st_ref=None, y_ref=sds((plan.T, cfg.d_inner), plan.y_dtype))
   aliases = dict(carried, **({"y_in_ref": "y_ref"} if y is not None else {}))
-  if plan.xconv:
-    if conv_in is None:
-      raise ValueError("chunk_scan: ChunkTiles.fused_xconv=1 needs conv_in")
-    conv_refs = dict(xbc_ref=conv_in["xbc"], base_ref=conv_in["base"], rb_ref=conv_in["rb"],
-                     head_ref=conv_in["conv"], w_ref=conv_in["conv_weight"],
-                     bias_ref=conv_in["conv_bias"])
-  else:
-    conv_refs = {}
   out = launch(
       _chunk_fused_kernel,
       inputs=dict(passing, row_ref=slots.row0, len_ref=slots.rows, xr_ref=xr, dtr_ref=dtr,
                   alog_ref=A_log, d_ref=D, z_ref=z if plan.has_z else None, ssm_ref=ssm,
-                  y_in_ref=y, **conv_refs),
+                  y_in_ref=y),
       outputs=outputs, aliases=aliases,
       grid=(cfg.headdim // plan.block_p, cfg.nheads, plan.S + 1), num_warps=t.state_warps,
       num_stages=t.state_stages, name=f"m2v_chunk_fused_{tag}")

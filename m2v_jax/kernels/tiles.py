@@ -201,13 +201,11 @@ class ChunkTiles:
       output kernel (`chunk_scan._chunk_fused_kernel`); its y blocks take out_rows rows and
       its causal sums out_cols columns (0: out_rows), and out_acum and the other out_*
       fields go unused.
-    fused_xconv: 1 has the fused kernel (needs fused_y) form its x channels' conv from the
-      raw rows itself; the body conv then forms only B's, C's and dt.
 
   Raises:
     ValueError: a field that must be a power of two and is not, a stage count below 1, a
       scratch_mb that is negative or not finite, fused_pass, out_acum or fused_y not 0 or
-      1, fused_y without fused_pass, fused_xconv not 0 or 1 or without fused_y, out_cols not 0 or a power of two up to out_rows.
+      1, fused_y without fused_pass, out_cols not 0 or a power of two up to out_rows.
   """
 
   chunk: int = 64
@@ -230,7 +228,6 @@ class ChunkTiles:
   out_cols: int = 0
   out_acum: int = 0
   fused_y: int = 0
-  fused_xconv: int = 0
 
   def __post_init__(self):
     if not 0 <= self.scratch_mb < float("inf"):
@@ -247,10 +244,6 @@ class ChunkTiles:
       raise ValueError(f"ChunkTiles.fused_y: expected 0 or 1, got {self.fused_y}")
     if self.fused_y and not self.fused_pass:
       raise ValueError("ChunkTiles.fused_y=1 needs fused_pass=1 (y comes from the fused pass)")
-    if self.fused_xconv not in (0, 1):
-      raise ValueError(f"ChunkTiles.fused_xconv: expected 0 or 1, got {self.fused_xconv}")
-    if self.fused_xconv and not self.fused_y:
-      raise ValueError("ChunkTiles.fused_xconv=1 needs fused_y=1 (the fused kernel forms x)")
     if self.out_cols and (self.out_cols & (self.out_cols - 1) or self.out_cols > self.out_rows):
       raise ValueError(f"ChunkTiles.out_cols: expected 0 or a power of two up to out_rows "
                        f"({self.out_rows}), got {self.out_cols}")

@@ -2,6 +2,8 @@
 # Session 57's calls, from the repository root on HEAD:
 #   OUT=/tmp/out bash benchmarks/results/commands_next/session57.sh STAGE...
 # Each stage packs its outputs into $OUT/STAGE.tgz. Predictions: ../session57/README.md.
+# x1 and n1 apply `fused_xconv.patch` (x's conv in the fused kernel, `ChunkTiles.fused_xconv`;
+# applies to b122bff and after) and reverse it at the end.
 #   x1: x's conv in the fused kernel (`ChunkTiles.fused_xconv=1`; the body conv then forms
 #       only B, C and dt): chunk_sweep against the table's entry, bf16 B=1 at R=4096 and
 #       512 (in 4 warps, as the table, and in 8; the table's in 8 for reference), B=8
@@ -16,8 +18,10 @@ for s in "$@"; do
   S=/tmp/s57_$s; rm -rf $S; mkdir -p $S
   case $s in
   x1)
-    ( trap "tar czf ${OUT:-/tmp/out}/x1.tgz -C /tmp s57_x1" EXIT
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/x1.tgz -C /tmp s57_x1" EXIT
+      trap "exit 1" TERM INT
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      on $D/fused_xconv.patch || exit 1
       T=${X1_S:-110} sweep $S bf16_4096 4096 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1,$XB:state_warps=8
       T=${X1_S:-110} sweep $S bf16_512 512 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1
       BATCH=8 T=${X1_S:-110} sweep $S bf16_b8_1712 1712 $XB:fused_xconv=1,$XB:state_warps=8:fused_xconv=1
@@ -25,8 +29,10 @@ for s in "$@"; do
         ${XB/block_p=64/block_p=32}:fused_xconv=1 )
     ;;
   n1)
-    ( trap "tar czf ${OUT:-/tmp/out}/n1.tgz -C /tmp s57_n1" EXIT
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/n1.tgz -C /tmp s57_n1" EXIT
+      trap "exit 1" TERM INT
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      on $D/fused_xconv.patch || exit 1
       M=,smsp__sass_inst_executed_op_local_ld.sum,l1tex__t_sector_hit_rate.pct,sm__cycles_active.avg
       for v in 0 1; do
         NCU_S=70 NCU_MORE=$M PROFILE_ARGS=--chunk_tiles=$XB:fused_xconv=$v \
