@@ -827,7 +827,8 @@ def test_body_rows_fold_each_body_segment_in_one_product(backend):
 @pytest.mark.parametrize("capacity,body_rows,R,gated", [(5, 0, 17, True), (12, 32, 60, False),
                                                         (8, 32, 20, True), (5, 32, 45, True),
                                                         (8, 8, 25, False), (8, 8, 31, True),
-                                                        (8, 32, 90, False)])
+                                                        (8, 32, 90, False), (8, 32, 40, False),
+                                                        (8, 32, 41, True)])
 def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
   """Long calls on the verify kernels at segment layouts the Bolt tests do not reach: a
   capacity below its tile rows (KT=8 > 5: the kept rows' y stored row by row), row-by-row
@@ -835,7 +836,8 @@ def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
   rows; capacity 5, R=45: 32 + 8; 8-row segments with 1 and 7 rows over: R=25 and 31), run
   as a whole segment ending at the body's end with its first rows left out, and a short
   body in one 16-row product (R=20), a body of three conv tiles (R=90: 82 rows, the conv
-  launch's tile loop); `num_rows` ending in the kept rows and inside the body
+  launch's tile loop), the longest body the conv launch loads at once and the shortest it
+  loads in its loop (R=40 and 41: 32 and 33 rows); `num_rows` ending in the kept rows and inside the body
   (rows 20 and 36: before and within such a last segment's own rows); against the reference
   within float32 rounding, modes bitwise, rows past `num_rows` zero."""
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))

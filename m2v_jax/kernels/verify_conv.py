@@ -167,9 +167,9 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
              for j in range(K1)]
       win = [jnp.where(rb > 0, jnp.where(rb + j >= K1, r, o), w)
              for j, (r, o, w) in enumerate(zip(raw, old, win))]
-    # Compiled (and in a tree), the kept rows' loads before the barrier, with a short body's
-    # (one round trip; the window is read before it is overwritten); interpreted, the kept
-    # rows in a fori_loop: less to compile.
+    # A short body's loads (`_body_loads`) and, compiled (and in a tree), the kept rows'
+    # before the barrier: one round trip (the window is read before it is overwritten);
+    # interpreted, the kept rows in a fori_loop: less to compile.
     raws = [x_row(i, cs) for i in range(body, R)] if R and (triton or plan.tree) else None
     pre = _body_loads(plan, b, cs, win, xbc_ref) if body else None
     backend.barrier(plan.interpret)
@@ -265,11 +265,15 @@ def _conv_kernel(*, idx_ref, row_ref, n_ref, pend_ref=None, starts_ref=None, ori
             r = rows.start + lax.broadcasted_iota(jnp.int32, (U, 1), 0)
             dtr_ref[b, rows, hs] = jnp.where(r < n, dtp, 0.0)
 
-          if U * G <= UNROLL_ROWS:       # a short body's rows loaded at once
+          def step(g, c):
+            tile(*load(g))
+            return c
+
+          if _short_body(body):        # the body's rows loaded at once
             for rows, raw in [load(g) for g in range(G)]:
               tile(rows, raw)
           else:
-            lax.fori_loop(0, G, lambda g, c: (tile(*load(g)), c)[1], 0)
+            lax.fori_loop(0, G, step, 0)
         if plan.tree:                  # path sums cum_t = cum_parent + dt_t A, as the SSM's
           A = -jnp.exp(alog_ref[hs])   # `dual.path_decay` adds them (R <= capacity)
           sums = []                    # [cum_i] of each row so far
@@ -315,13 +319,19 @@ def _body_end(plan, b, cs, win, xbc_ref):
           for j in range(K1)]
 
 
+def _short_body(body: int) -> bool:
+  """Whether the body's tiles cover at most `UNROLL_ROWS` rows (loaded at once)."""
+  U, G = body_tiles(body)
+  return U * G <= UNROLL_ROWS
+
+
 def _body_loads(plan, b, cs, win, xbc_ref):
-  """Every input row of a body whose tiles cover at most `UNROLL_ROWS` rows, and the window
-  after it, as `_conv_body` takes them (loaded at once, before the window's slot is
-  overwritten); None for a longer body (its tiles then load in a loop)."""
-  U, G = body_tiles(plan.body)
-  if U * G > UNROLL_ROWS:
+  """Every input row of a short body (`_short_body`) and the window after it, as
+  `_conv_body` takes them (loaded at once, before the barrier, in the kept rows' round
+  trip); None for a longer body (its tiles then load in a loop)."""
+  if not _short_body(plan.body):
     return None
+  _, G = body_tiles(plan.body)
   return ([_body_tile(plan, b, cs, win, xbc_ref, g) for g in range(G)],
           _body_end(plan, b, cs, win, xbc_ref))
 
@@ -341,9 +351,12 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref, loads=None):
     for tile in tiles:
       finish(*tile)
     return end
+  def step(g, c):
+    finish(*_body_tile(plan, b, cs, win, xbc_ref, g))
+    return c
+
   _, G = body_tiles(plan.body)
-  lax.fori_loop(0, G, lambda g, c: (finish(*_body_tile(plan, b, cs, win, xbc_ref, g)), c)[1],
-                0)
+  lax.fori_loop(0, G, step, 0)
   return _body_end(plan, b, cs, win, xbc_ref)
 
 

@@ -9,7 +9,8 @@
 #       512 (in 4 warps, as the table, and in 8; the table's in 8 for reference), B=8
 #       R=1712 (about the packed suite's rows), and "highest" B=1 R=4096 (P tiles of 32).
 #   n1: ncu at B=1 bf16 R=512 of the fused kernel and of the body conv, the table's entry
-#       and with fused_xconv=1 (4 warps): instructions, issue, stalls, local loads, L1 hits.
+#       and with fused_xconv=1 (4 warps): instructions, issue, stalls, local loads, L1 hits
+#       (N1_CONV=0: the fused kernel only).
 D=$(dirname "$0")
 . $D/lib.sh
 XB=chunk=64:block_p=64:state_heads=16:fused_pass=1:fused_y=1:out_rows=64:out_cols=64
@@ -37,6 +38,7 @@ for s in "$@"; do
       for v in 0 1; do
         NCU_S=70 NCU_MORE=$M PROFILE_ARGS=--chunk_tiles=$XB:fused_xconv=$v \
           ncu_k $S fused_x$v m2v_chunk_fused 512
+        [ "${N1_CONV:-1}" = 1 ] || continue
         NCU_S=70 NCU_MORE=$M PROFILE_ARGS=--chunk_tiles=$XB:fused_xconv=$v \
           ncu_k $S conv_x$v m2v_chunk_conv 512
       done )
