@@ -33,9 +33,11 @@ f32 = jnp.float32
 # Body rows from which `prefill` takes the chunked path by default: the ties of the verify
 # kernels' body (32-row products) with the chunked scan, bf16 activations. Against the whole
 # scan in one kernel (`ChunkTiles.fused_y`: Bolt's table entries; BENCHMARKS.md, "Session
-# 53", "Session 54" and "Session 56", H100), serial / chunked time by body rows:
+# 53", "Session 54", "Session 56" and "Session 57", H100), serial / chunked time by body rows:
 # - bf16 products: at B=1 0.84 at 29, 1.02 at 40, 1.13 at 96; at B=2 and 8 1.03 and 1.00 at
-#   64, 1.23 and 1.15 at 128 (B=4 and B >= 16 not measured);
+#   64, 1.23 and 1.15 at 128; at B=3, 4, 5 and 16 1.05, 1.01, 1.06 and 0.98 at 48, 1.05,
+#   1.01, 1.07 and 0.99 at 64, 1.27, 1.19, 1.28 and 1.15 at 128 (the batched threshold stays
+#   at 64: chunked, B=3 and 5 would gain 5-6% at 48 rows and B=16 lose 2%);
 # - "highest" with bfloat16 activations (P tiles of 32 at B=1): at B=1 0.98 at 160, 1.08 at
 #   192; at B=2 0.92-0.93 at 592-992, 1.00 at 1992, 1.01 at 4088; at B=3 1.08-1.09 at
 #   1992-2992; at B=5 1.03 at 2992; at B=4 and 8 0.82-0.90 from 592 to 8184, at B=6, 12 and

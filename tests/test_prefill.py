@@ -837,9 +837,9 @@ def test_serial_body_segments_and_y_tiles(capacity, body_rows, R, gated):
   as a whole segment ending at the body's end with its first rows left out, and a short
   body in one 16-row product (R=20), a body of three conv tiles (R=90: 82 rows, the conv
   launch's tile loop), the longest body the conv launch loads at once and the shortest it
-  loads in its loop (R=40 and 41: 32 and 33 rows); `num_rows` ending in the kept rows and inside the body
-  (rows 20 and 36: before and within such a last segment's own rows); against the reference
-  within float32 rounding, modes bitwise, rows past `num_rows` zero."""
+  loads in its loop (R=40 and 41: 32 and 33 rows); `num_rows` ending in the kept rows and
+  inside the body (rows 20 and 36: before and within such a last segment's own rows);
+  against the reference within float32 rounding, modes bitwise, rows past `num_rows` zero."""
   kern = jax.jit(dispatch.kernel_call, static_argnums=(0, 1, 5))
   snap = small_cfg(capacity=capacity)
   comp = snap.replace(replay_mode="compact")

@@ -45,8 +45,8 @@ flags.DEFINE_bool("z", False, "gated calls: z given (random, the activation dtyp
 flags.DEFINE_bool("prefill", False, "a prefill of --rows rows instead of a verify call")
 flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunked: the verify "
                   "launches, the body in segments of TileConfig.body_rows rows)")
-flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles as from_text reads them "
-                    "instead of the table's")
+flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles as from_text "
+                    "reads them, instead of the table's")
 flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],
                   "with --prefill: the product precision (default: by the activation dtype)")
 

@@ -351,6 +351,7 @@ def _conv_body(plan, b, cs, n, win, taps, bias, xbc_ref, xr_ref, loads=None):
     for tile in tiles:
       finish(*tile)
     return end
+
   def step(g, c):
     finish(*_body_tile(plan, b, cs, win, xbc_ref, g))
     return c
