@@ -11,8 +11,17 @@
 #   n1: ncu at B=1 bf16 R=512 of the fused kernel and of the body conv, the table's entry
 #       and with fused_xconv=1 (4 warps): instructions, issue, stalls, local loads, L1 hits
 #       (N1_CONV=0: the fused kernel only).
+#   c64: (not yet run) `conv_body64.patch` (the conv programs load a body of up to 64 rows
+#       at once, the dt program keeps its loop past 32: session 56's `conv_body_loads.patch`
+#       without the dt part) against the library's code, old / new twice, B=1 bf16 serial
+#       prefill at R=41, 56 and 72; then ncu of R=72's conv launch with it, the busiest
+#       SM's active cycles against the average.
 D=$(dirname "$0")
 . $D/lib.sh
+serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S seconds at most)
+  PYTHONPATH=$PWD timeout -k 5 ${SER_S:-90} python3 benchmarks/bench.py --suites=prefill \
+    --lengths=$2 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
+  echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120; }
 XB=chunk=64:block_p=64:state_heads=16:fused_pass=1:fused_y=1:out_rows=64:out_cols=64
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
@@ -42,6 +51,20 @@ for s in "$@"; do
         NCU_S=70 NCU_MORE=$M PROFILE_ARGS=--chunk_tiles=$XB:fused_xconv=$v \
           ncu_k $S conv_x$v m2v_chunk_conv 512
       done )
+    ;;
+  c64)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/c64.tgz -C /tmp s57_c64" EXIT
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      for k in 1 2; do
+        serg old$k 41,56,72
+        on $D/conv_body64.patch || exit 1
+        serg new$k 41,56,72
+        undo
+      done
+      on $D/conv_body64.patch || exit 1
+      NCU_MORE=,sm__cycles_active.max,sm__cycles_active.avg PROFILE_ARGS=--nochunked \
+        ncu_k $S conv72_new m2v_conv 72 )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
