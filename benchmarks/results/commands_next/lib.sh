@@ -43,6 +43,12 @@ smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct${NCU_MORE} \
     ${PROFILE_ARGS} --calls=1 > $1/ncu_$2.log 2>&1
   echo "ncu $2"; grep -vE "^I1|WARN" $1/ncu_$2.log | grep -E "m2v|  [a-z]|rror" | tail -18
 }
+serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S seconds at most)
+  # into $S; the stage $s's results so far packed after each run (a run cut off keeps them)
+  PYTHONPATH=$PWD timeout -k 5 ${SER_S:-90} python3 benchmarks/bench.py --suites=prefill \
+    --lengths=$2 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
+  echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
+  tar czf ${OUT:-/tmp/out}/$s.tgz -C /tmp ${S#/tmp/}; }
 ser() {  # ser DIR NAME: the prefill suite's chunked case, B=1 bf16, R=512 and 4096
   PYTHONPATH=$PWD timeout -k 5 100 python3 benchmarks/bench.py --suites=prefill \
     --prefill_batch=1 --lengths=512,4096 --prefill_cases=chunked --out=$1/$2.json \

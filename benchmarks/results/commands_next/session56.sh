@@ -20,12 +20,6 @@
 #   16:56,72,104,136" bash benchmarks/results/commands_next/session54.sh hb
 D=$(dirname "$0")
 . $D/lib.sh
-serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S seconds at most);
-  # the stage's results so far packed after each run (a run cut off by the call's limit keeps them)
-  PYTHONPATH=$PWD timeout -k 5 ${SER_S:-90} python3 benchmarks/bench.py --suites=prefill \
-    --lengths=$2 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
-  echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120
-  tar czf ${OUT:-/tmp/out}/$s.tgz -C /tmp s56_$s; }
 conv72() {  # conv72 METRICS: ncu of R=72's conv launch (B=1 bf16 serial), the library's code
   # then with `conv_body_loads.patch`, with the further METRICS (",name,name...")
   NCU_MORE=$1 PROFILE_ARGS=--nochunked ncu_k $S conv72_old m2v_conv 72

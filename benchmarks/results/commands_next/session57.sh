@@ -18,10 +18,6 @@
 #       SM's active cycles against the average.
 D=$(dirname "$0")
 . $D/lib.sh
-serg() {  # serg NAME LENGTHS: the B=1 bf16 serial prefill at LENGTHS (SER_S seconds at most)
-  PYTHONPATH=$PWD timeout -k 5 ${SER_S:-90} python3 benchmarks/bench.py --suites=prefill \
-    --lengths=$2 --prefill_cases=serial --out=$S/$1.json > $S/$1.log 2>&1
-  echo "$1"; grep -hE "^\| snap|rror" $S/$1.log | cut -c1-120; }
 XB=chunk=64:block_p=64:state_heads=16:fused_pass=1:fused_y=1:out_rows=64:out_cols=64
 for s in "$@"; do
   echo "== $s $(date -u +%H:%M:%S)"
