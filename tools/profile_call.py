@@ -10,6 +10,8 @@ pool; every call starts from its pool's committed rows. With ncu, skip the warm-
         python tools/profile_call.py --prefill --mode=snapshot --batch=1 --rows=4096
     ncu --clock-control none --kernel-name regex:m2v_ssm --launch-skip 1 --launch-count 1 \\
         python tools/profile_call.py --prefill --nochunked --mode=snapshot --batch=1 --rows=37
+    ncu --clock-control none --kernel-name regex:m2v_chunk_fused --launch-skip 0 --launch-count 1 \\
+        python tools/profile_call.py --mode=snapshot --packed=300,4000,1500,800
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ flags.DEFINE_bool("chunked", True, "with --prefill: the chunked path (--nochunke
                   "launches, the body in segments of TileConfig.body_rows rows)")
 flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles as from_text "
                     "reads them, instead of the table's")
+flags.DEFINE_list("packed", None, "a packed prefill (`prefill_packed`) of prompts of these "
+                  "lengths, one pool entry each, instead (--batch and --rows unused)")
 flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],
                   "with --prefill: the product precision (default: by the activation dtype)")
 
@@ -63,11 +67,15 @@ def main(argv):
   cfg = m.BOLT.replace(replay_mode=FLAGS.mode, capacity=FLAGS.capacity or m.BOLT.capacity,
                        window=FLAGS.window if FLAGS.mode == "compact" else None)
   B, R, dtype = FLAGS.batch, FLAGS.rows, jnp.dtype(FLAGS.dtype)
+  lengths = [int(n) for n in FLAGS.packed or ()]
+  if lengths:
+    B, R = len(lengths), sum(lengths)
   rng = np.random.default_rng(0)
   params = m.random_params(cfg)
   state = m.init_state(cfg, B, dtype, state_dtype=FLAGS.state_dtype)
-  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), dtype)
-  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), dtype)
+  rows_of = 1 if lengths else B        # packed: one flat [T, ...] array
+  xbc = jnp.asarray(rng.normal(size=(rows_of, R, cfg.conv_dim)), dtype)
+  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(rows_of, R, cfg.nheads)), dtype)
   z = jnp.asarray(rng.normal(size=(B, R, cfg.d_inner)), dtype) if FLAGS.z else None
   rows = jnp.asarray(np.arange(B) % R if FLAGS.state_row is None     # mixed acceptance
                      else np.full(B, FLAGS.state_row), jnp.int32)
@@ -75,6 +83,16 @@ def main(argv):
   if FLAGS.tiles:
     tiles = tiles.replace_from_text(FLAGS.tiles)
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
+  if lengths:
+    cfg = cfg.replace(prefill_precision=FLAGS.precision)
+    cu = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    step = jax.jit(lambda s, cu: m.prefill_packed(cfg, params, s, xbc[0], dt[0], cu),
+                   donate_argnums=0)
+    for _ in range(FLAGS.calls + 1):
+      y, state = step(state, cu)
+    jax.block_until_ready((y, state))
+    print(f"{FLAGS.calls + 1} packed prefills of {cfg.replay_mode} n={FLAGS.packed} done")
+    return
   if FLAGS.prefill:
     cfg = cfg.replace(prefill_precision=FLAGS.precision)
     ct = m.ChunkTiles.from_text(FLAGS.chunk_tiles) if FLAGS.chunk_tiles else None

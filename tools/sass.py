@@ -73,7 +73,7 @@ def kernels_of_call(cfg, B, R, chunked=False, dtype=jnp.bfloat16, tiles=None, tr
 
 def compile_sm90(ttir_path, num_warps, num_stages):
   """Compiles a .ttir file with upstream Triton for sm_90; returns (ttgir, ptx, sass,
-  resource usage line)."""
+  resource usage line with the dynamic shared memory a program asks for at launch)."""
   import triton
   from triton.backends.compiler import GPUTarget
   kernel = triton.compile(ttir_path, target=GPUTarget("cuda", 90, 32),
@@ -86,6 +86,7 @@ def compile_sm90(ttir_path, num_warps, num_stages):
   sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
   usage = subprocess.run([tool, "-res-usage", cubin], capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()[-1].strip()
+  usage += f" DYNAMIC_SHARED:{kernel.metadata.shared}"
   return kernel.asm["ttgir"], kernel.asm["ptx"], sass, usage
 
 

@@ -9,6 +9,7 @@ else that runs on the device between a call's kernels:
 
     python tools/trace_call.py --mode=compact --batch=1 --calls=16
     python tools/trace_call.py --prefill --mode=snapshot --batch=1 --rows=4096 --calls=2
+    python tools/trace_call.py --mode=snapshot --packed=300,4000,1500,800 --calls=2
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _define_flags():
                     "`dispatch.call` with the default path (chunked or not), the table's tiles "
                     "(or --chunk_tiles), every sequence from its state after the previous "
                     "call's row 0")
+  flags.DEFINE_list("packed", None, "each call a packed prefill (`cu_seqlens`) of prompts of "
+                    "these lengths, one pool entry each (--batch and --rows unused)")
   flags.DEFINE_bool("copies", False, "also print the compiled step's copy and "
                     "dynamic-update-slice instructions of 65,536 elements or more (XLA's "
                     "HLO, from a separate compile of the step), with their shapes")
@@ -99,6 +102,11 @@ def main(argv):
   cfg = geometry.replace(replay_mode=FLAGS.mode, capacity=FLAGS.capacity or geometry.capacity,
                          window=FLAGS.window if FLAGS.mode == "compact" else None)
   B, R, K = FLAGS.batch, FLAGS.rows, FLAGS.calls
+  lengths = [int(n) for n in FLAGS.packed or ()]
+  if lengths:
+    if FLAGS.tree or FLAGS.tiles or FLAGS.chunk_tiles or FLAGS.public or FLAGS.prefill:
+      raise app.UsageError("--packed: a packed prefill on the table's tiles, no other flag")
+    B, R = len(lengths), sum(lengths)
   rng = np.random.default_rng(0)
   params = m.random_params(cfg)
   xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), jnp.bfloat16)
@@ -116,6 +124,10 @@ def main(argv):
     if FLAGS.tree:
       raise app.UsageError("--prefill: a draft tree is a verify call")
     rows = jnp.zeros((B,), jnp.int32)
+  if lengths:                          # flat rows [T, ...], the offsets as device values
+    xbc, dt = xbc[0], dt[0]
+    rows = jnp.zeros((B,), jnp.int32)
+    nr = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
   chunked = FLAGS.prefill and dispatch.use_chunked(
       cfg, backend, R, None, jnp.bfloat16, batch=B)
   chunk_tiles = None
@@ -136,6 +148,11 @@ def main(argv):
   def many(s, r, ci, nr, xbc, dt):
     ys = []
     for _ in range(K):
+      if lengths:                      # nr: cu_seqlens
+        y, s = dispatch.packed(params, s, status.CallArgs(xbc, dt, r, None, ci, None), nr,
+                               cfg=cfg, backend=backend)
+        ys.append(y)
+        continue
       args = status.call_args(xbc, dt, r, None, ci, nr)
       if public:
         y, s = dispatch.call(params, s, args, cfg=cfg, backend=backend, chunked=chunked,
@@ -166,8 +183,8 @@ def main(argv):
   events = device_events(trace_dir)
   per_step = len(events) // FLAGS.steps
   last = events[-per_step:] if per_step else []
-  kind = " tree" if FLAGS.tree else (" prefill, chunked" if chunked else
-                                       " prefill" if FLAGS.prefill else "")
+  kind = (f" packed {','.join(map(str, lengths))}" if lengths else " tree" if FLAGS.tree
+          else " prefill, chunked" if chunked else " prefill" if FLAGS.prefill else "")
   print(f"{cfg.replay_mode} B={B} R={R}{kind} on {backend}: "
         f"{len(events)} device events in "
         f"{FLAGS.steps} steps of {K} calls ({trace_dir})")
