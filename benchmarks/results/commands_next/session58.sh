@@ -6,6 +6,9 @@
 #      its device timeline (tools/trace_call.py --packed), then ncu of its fused kernel, its
 #      body conv and its tail's SSM launch: occupancy and its limits, the busiest SM's active
 #      cycles against the average, DRAM throughput.
+#   f: `fused_fill.patch` (the fused kernel fills the slots past each sequence's rows; no fill
+#      launch) against the library: the packed call's timeline old and new, then the ragged
+#      suite new and old; then, if FN=1, ncu of the packed call's fused kernel with it.
 D=$(dirname "$0")
 . $D/lib.sh
 LENS=300,4000,1500,800,3100,600,2200,1200
@@ -37,6 +40,28 @@ for s in "$@"; do
       ncu_p $S fused m2v_chunk_fused
       ncu_p $S conv m2v_chunk_conv
       ncu_p $S tail_ssm m2v_ssm )
+    ;;
+  f)
+    ( trap "undo; tar czf ${OUT:-/tmp/out}/f.tgz -C /tmp s58_f" EXIT
+      trap "exit 1" TERM INT
+      timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
+      tr() {
+        PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --mode=snapshot \
+          --packed=$LENS --calls=2 --steps=3 --show=40 > $S/trace_$1.log 2>&1
+        echo "trace $1"; grep -E "^\| m2v|^\| [a-z_.0-9]+ \||per call|  [a-z]" $S/trace_$1.log \
+          | cut -c1-100 | tail -24; }
+      rg() {
+        PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=ragged \
+          --out=$S/ragged_$1.json > $S/ragged_$1.log 2>&1
+        echo "ragged $1"; grep -hE "^\| (pack|one|ragg)|rror" $S/ragged_$1.log | cut -c1-130; }
+      tr old
+      on $D/fused_fill.patch || exit 1
+      tr new; rg new
+      undo
+      rg old
+      [ "${FN:-0}" = 1 ] || exit 0
+      on $D/fused_fill.patch || exit 1
+      ncu_p $S fused_new m2v_chunk_fused )
     ;;
   *) echo "unknown stage $s" >&2; exit 2 ;;
   esac
