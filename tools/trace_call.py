@@ -109,8 +109,9 @@ def main(argv):
     B, R = len(lengths), sum(lengths)
   rng = np.random.default_rng(0)
   params = m.random_params(cfg)
-  xbc = jnp.asarray(rng.normal(size=(B, R, cfg.conv_dim)), jnp.bfloat16)
-  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(B, R, cfg.nheads)), jnp.bfloat16)
+  drawn = 1 if lengths else B          # packed: one flat [T, ...] array
+  xbc = jnp.asarray(rng.normal(size=(drawn, R, cfg.conv_dim)), jnp.bfloat16)
+  dt = jnp.asarray(rng.normal(-1.0, 1.0, size=(drawn, R, cfg.nheads)), jnp.bfloat16)
   rows = jnp.asarray(np.arange(B) % R, jnp.int32)
   ci, nr = jnp.arange(B, dtype=jnp.int32), jnp.full((B,), R, jnp.int32)
   tiles = m.tile_config(cfg, B, R, jnp.bfloat16)
