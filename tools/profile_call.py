@@ -52,7 +52,7 @@ flags.DEFINE_string("chunk_tiles", None, "with --prefill: tiles.ChunkTiles as fr
 flags.DEFINE_list("packed", None, "a packed prefill (`prefill_packed`) of prompts of these "
                   "lengths, one pool entry each, instead (--batch and --rows unused)")
 flags.DEFINE_enum("precision", None, ["highest", "tf32", "bf16"],
-                  "with --prefill: the product precision (default: by the activation dtype)")
+                  "with --prefill or --packed: the product precision (default: by the activation dtype)")
 
 
 def main(argv):
@@ -69,6 +69,8 @@ def main(argv):
   B, R, dtype = FLAGS.batch, FLAGS.rows, jnp.dtype(FLAGS.dtype)
   lengths = [int(n) for n in FLAGS.packed or ()]
   if lengths:
+    if FLAGS.tree or FLAGS.tiles or FLAGS.chunk_tiles or FLAGS.prefill or FLAGS.z:
+      raise app.UsageError("--packed: a packed prefill on the table's tiles, no other flag")
     B, R = len(lengths), sum(lengths)
   rng = np.random.default_rng(0)
   params = m.random_params(cfg)
@@ -91,7 +93,8 @@ def main(argv):
     for _ in range(FLAGS.calls + 1):
       y, state = step(state, cu)
     jax.block_until_ready((y, state))
-    print(f"{FLAGS.calls + 1} packed prefills of {cfg.replay_mode} n={FLAGS.packed} done")
+    print(f"{FLAGS.calls + 1} packed prefills of {cfg.replay_mode} "
+          f"n={','.join(map(str, lengths))} done")
     return
   if FLAGS.prefill:
     cfg = cfg.replace(prefill_precision=FLAGS.precision)

@@ -8,7 +8,9 @@
 #      cycles against the average, DRAM throughput.
 #   f: `fused_fill.patch` (the fused kernel fills the slots past each sequence's rows; no fill
 #      launch) against the library: the packed call's timeline old and new, then the ragged
-#      suite new and old; then, if FN=1, ncu of the packed call's fused kernel with it.
+#      suite new and old, the outputs packed after each step; then, if FN=1, ncu of the
+#      packed call's fused kernel with it (the steps' timeouts then pass 600 s: run
+#      `FN=1` in a call of its own, or stage `f` alone without it).
 D=$(dirname "$0")
 . $D/lib.sh
 LENS=300,4000,1500,800,3100,600,2200,1200
@@ -45,20 +47,22 @@ for s in "$@"; do
     ( trap "undo; tar czf ${OUT:-/tmp/out}/f.tgz -C /tmp s58_f" EXIT
       trap "exit 1" TERM INT
       timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader | tee $S/card.txt
-      tr() {
+      packed_trace() {
         PYTHONPATH=$PWD timeout -k 5 120 python3 tools/trace_call.py --mode=snapshot \
           --packed=$LENS --calls=2 --steps=3 --show=40 > $S/trace_$1.log 2>&1
         echo "trace $1"; grep -E "^\| m2v|^\| [a-z_.0-9]+ \||per call|  [a-z]" $S/trace_$1.log \
-          | cut -c1-100 | tail -24; }
-      rg() {
+          | cut -c1-100 | tail -24
+        tar czf ${OUT:-/tmp/out}/f.tgz -C /tmp s58_f; }
+      ragged_suite() {
         PYTHONPATH=$PWD timeout -k 5 150 python3 benchmarks/bench.py --suites=ragged \
           --out=$S/ragged_$1.json > $S/ragged_$1.log 2>&1
-        echo "ragged $1"; grep -hE "^\| (pack|one|ragg)|rror" $S/ragged_$1.log | cut -c1-130; }
-      tr old
+        echo "ragged $1"; grep -hE "^\| (pack|one|ragg)|rror" $S/ragged_$1.log | cut -c1-130
+        tar czf ${OUT:-/tmp/out}/f.tgz -C /tmp s58_f; }
+      packed_trace old
       on $D/fused_fill.patch || exit 1
-      tr new; rg new
+      packed_trace new; ragged_suite new
       undo
-      rg old
+      ragged_suite old
       [ "${FN:-0}" = 1 ] || exit 0
       on $D/fused_fill.patch || exit 1
       ncu_p $S fused_new m2v_chunk_fused )
